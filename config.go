@@ -1,0 +1,234 @@
+package limiter
+
+import (
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// Config defines the limiter. Its field names, types and defaults are those
+// of Fiber's middleware/limiter, so a Fiber config compiles unchanged; the
+// fields after LimiterMiddleware are this limiter's own. An invalid value
+// makes New panic with a message that names the field.
+type Config struct {
+	// Next skips the limiter for a request when it returns true: the request
+	// is neither counted nor given rate-limit headers.
+	//
+	// Optional. Default: nil
+	Next func(c *fiber.Ctx) bool
+
+	// Max is the number of requests (units of Cost) a key may make per
+	// Expiration. For TokenBucket it is the refill rate: Max tokens per
+	// Expiration. Must be >= 0; zero means the default.
+	//
+	// Default: 5
+	Max int
+
+	// MaxFunc, when set, returns Max for each request instead of the Max
+	// field, for limits that depend on the client (a plan, an API key). A
+	// result <= 0 means no limit for that request: it passes uncounted and
+	// without headers. Results above what the window's arithmetic supports
+	// (limit × Expiration in µs must stay below 2^52, and a limit below 2^32)
+	// are capped there.
+	//
+	// Optional. Default: nil
+	MaxFunc func(c *fiber.Ctx) int
+
+	// KeyGenerator returns the key a request is counted under.
+	//
+	// Default: func(c *fiber.Ctx) string { return c.IP() }
+	KeyGenerator func(*fiber.Ctx) string
+
+	// Expiration is the length of the window (for TokenBucket, the time in
+	// which Max tokens refill). The limiter keeps microsecond time, so
+	// windows shorter than a second work. Must be 0 (the default) or at
+	// least 1 ms.
+	//
+	// Default: 1 * time.Minute
+	Expiration time.Duration
+
+	// LimitReached is called for a rejected request, after the rate-limit
+	// headers and Retry-After are set.
+	//
+	// Default: func(c *fiber.Ctx) error {
+	//   return c.SendStatus(fiber.StatusTooManyRequests)
+	// }
+	LimitReached fiber.Handler
+
+	// SkipFailedRequests gives back the cost of a request whose response
+	// status is >= 400 (including a handler that returns an error, such as a
+	// *fiber.Error). The request is counted first, so concurrent requests
+	// cannot all slip through, then credited back in the window it was
+	// counted in.
+	//
+	// Default: false
+	SkipFailedRequests bool
+
+	// SkipSuccessfulRequests gives back the cost of a request whose response
+	// status is < 400, as SkipFailedRequests does for failed ones.
+	//
+	// Default: false
+	SkipSuccessfulRequests bool
+
+	// Storage keeps the limiter's state outside the process. Left nil, a
+	// sharded in-memory manager keeps it for this process only: the fastest
+	// choice and exact within one process. Any other fiber.Storage works
+	// through get, modify and set under a lock in this process, which is
+	// exact for one process but not atomic across replicas sharing the store.
+	//
+	// Default: nil (in memory)
+	Storage fiber.Storage
+
+	// LimiterMiddleware chooses the algorithm: FixedWindow{}, SlidingWindow{}
+	// or TokenBucket{}. A user type that implements LimiterHandler works too.
+	//
+	// Default: FixedWindow{}
+	LimiterMiddleware LimiterHandler
+
+	// Deprecated: Use Expiration instead. Used when Expiration is zero.
+	Duration time.Duration
+
+	// Deprecated: Use Storage instead. Used when Storage is nil.
+	Store fiber.Storage
+
+	// Deprecated: Use KeyGenerator instead. Used when KeyGenerator is nil.
+	Key func(*fiber.Ctx) string
+
+	// Burst is the TokenBucket's capacity: how many tokens a full bucket
+	// holds, so how large a burst a rested client may send at once. Only
+	// TokenBucket uses it. Must be >= 0; zero means Max (or MaxFunc's result).
+	//
+	// Default: Max
+	Burst int
+
+	// Cost returns how many units a request takes (for instance more for an
+	// expensive endpoint). It must return >= 0; a request of cost 0 is
+	// admitted without being counted. A request whose cost exceeds the limit
+	// (the Burst for TokenBucket) is always rejected, without Retry-After.
+	// A negative cost fails the request with an error.
+	//
+	// Optional. Default: 1 per request
+	Cost func(c *fiber.Ctx) int
+
+	// KeyPrefix is put before every key in Storage, followed by the
+	// algorithm's tag, so two algorithms or two apps can share a store.
+	//
+	// Default: "limiter:"
+	KeyPrefix string
+
+	// DisableHeaders turns off the X-RateLimit-Limit, X-RateLimit-Remaining
+	// and X-RateLimit-Reset response headers. Retry-After is still sent with
+	// a rejection.
+	//
+	// Default: false
+	DisableHeaders bool
+
+	// MaxKeys caps how many keys the in-memory manager tracks, so a flood of
+	// distinct keys cannot exhaust memory (a key costs about 60 bytes plus
+	// its length, and keys longer than 64 bytes are kept as a 32-byte
+	// digest). When a new key arrives at the cap, expired keys are reclaimed
+	// first; if none are, the key closest to its reset among a small random
+	// sample is dropped and starts afresh if it returns. Must be >= 0; zero
+	// means the default. Unused with Storage.
+	//
+	// Default: 1 << 20 (1,048,576 keys)
+	MaxKeys int
+
+	// clock, when set, replaces the wall clock (tests only): µs since any
+	// fixed origin.
+	clock func() int64
+}
+
+// ConfigDefault is the config used when New is called without one, and the
+// source of every default.
+var ConfigDefault = Config{
+	Max:        5,
+	Expiration: 1 * time.Minute,
+	KeyGenerator: func(c *fiber.Ctx) string {
+		return c.IP()
+	},
+	LimitReached: func(c *fiber.Ctx) error {
+		return c.SendStatus(fiber.StatusTooManyRequests)
+	},
+	LimiterMiddleware: FixedWindow{},
+	KeyPrefix:         "limiter:",
+	MaxKeys:           1 << 20,
+}
+
+// configDefault validates the user's config and fills in the defaults. It
+// panics with a message that names the field for an invalid value.
+func configDefault(config ...Config) Config {
+	if len(config) == 0 {
+		return ConfigDefault
+	}
+	cfg := config[0]
+	if cfg.Expiration == 0 {
+		cfg.Expiration = cfg.Duration
+	} else if cfg.Duration != 0 && cfg.Duration != cfg.Expiration {
+		panic(fmt.Sprintf("limiter: Duration (deprecated) is %v and Expiration is %v; set only Expiration", cfg.Duration, cfg.Expiration))
+	}
+	if cfg.KeyGenerator == nil {
+		cfg.KeyGenerator = cfg.Key
+	}
+	if cfg.Storage == nil {
+		cfg.Storage = cfg.Store
+	}
+	checkNonNegative("Max", cfg.Max)
+	checkNonNegative("Burst", cfg.Burst)
+	checkNonNegative("MaxKeys", cfg.MaxKeys)
+	if cfg.Expiration < 0 || (cfg.Expiration > 0 && cfg.Expiration < time.Millisecond) {
+		panic(fmt.Sprintf("limiter: Expiration is %v; it must be 0 (default %v) or at least 1ms", cfg.Expiration, ConfigDefault.Expiration))
+	}
+	if cfg.Max == 0 {
+		cfg.Max = ConfigDefault.Max
+	}
+	if cfg.Expiration == 0 {
+		cfg.Expiration = ConfigDefault.Expiration
+	}
+	if cfg.KeyGenerator == nil {
+		cfg.KeyGenerator = ConfigDefault.KeyGenerator
+	}
+	if cfg.LimitReached == nil {
+		cfg.LimitReached = ConfigDefault.LimitReached
+	}
+	if cfg.LimiterMiddleware == nil {
+		cfg.LimiterMiddleware = ConfigDefault.LimiterMiddleware
+	} else if v := reflect.ValueOf(cfg.LimiterMiddleware); isNilValue(v) {
+		panic(fmt.Sprintf("limiter: LimiterMiddleware is a nil %v; use FixedWindow{}, SlidingWindow{}, TokenBucket{} or leave it nil for the default", v.Type()))
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = ConfigDefault.KeyPrefix
+	}
+	if cfg.MaxKeys == 0 {
+		cfg.MaxKeys = ConfigDefault.MaxKeys
+	}
+	window := cfg.Expiration.Microseconds()
+	checkProduct("Max", cfg.Max, window)
+	checkProduct("Burst", cfg.Burst, window)
+	return cfg
+}
+
+func checkNonNegative(field string, v int) {
+	if v < 0 {
+		panic(fmt.Sprintf("limiter: %s is %d; it must be >= 0 (0 means the default)", field, v))
+	}
+}
+
+// checkProduct rejects a limit that the exact integer arithmetic cannot
+// carry for this window.
+func checkProduct(field string, v int, window int64) {
+	if int64(v) > maxLimit || int64(v) > maxLimitWindow/window {
+		panic(fmt.Sprintf("limiter: %s is %d; with Expiration of %v it must be at most %d (and below 2^32)",
+			field, v, time.Duration(window)*time.Microsecond, min(maxLimit, maxLimitWindow/window)))
+	}
+}
+
+func isNilValue(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Interface, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}

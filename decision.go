@@ -1,0 +1,108 @@
+package limiter
+
+import (
+	"context"
+	"math"
+	"time"
+)
+
+// InfDuration is the RetryAfter of a request that can never be admitted,
+// because its cost is larger than the limit (or the token bucket's Burst).
+// No Retry-After header is sent for such a request.
+const InfDuration = time.Duration(math.MaxInt64)
+
+// Decision is the outcome of one rate-limit check for one key.
+type Decision struct {
+	// Allowed reports whether the request was admitted and its cost counted.
+	// A rejected request consumes nothing.
+	Allowed bool
+	// Limit is the quota the decision was made against: Max (or MaxFunc's
+	// result) for the windows, the bucket capacity Burst for the token bucket.
+	Limit int
+	// Remaining is how many requests of cost 1 would still be admitted right
+	// now, in [0, Limit].
+	Remaining int
+	// ResetAfter is the time until the key's quota is fully available again.
+	ResetAfter time.Duration
+	// RetryAfter is zero for an admitted request. For a rejected one it is the
+	// time until the same request would be admitted, or InfDuration when it
+	// never can be.
+	RetryAfter time.Duration
+
+	// countedIn identifies where an admitted cost was counted (the window's
+	// start in µs for the windows), so a refund credits that same window.
+	countedIn int64
+}
+
+// rule is everything a backend needs, besides the key and the cost, to decide.
+// Times are in microseconds: the Redis twins of the step functions work in
+// Lua doubles, which are exact integers below 2^53, and microseconds since
+// the epoch stay below that for the next 80 years.
+type rule struct {
+	alg    algorithm
+	limit  int64 // units admitted per window (the token bucket's refill per window)
+	burst  int64 // token bucket capacity; equal to limit for the windows
+	window int64 // µs, >= 1000
+}
+
+// maxLimitWindow bounds limit*window (and burst*window) so that every product
+// the step functions form stays an exact integer in int64 and in a Lua double.
+const maxLimitWindow = 1 << 52
+
+// maxLimit bounds a limit so that a window's count fits the uint32 slot the
+// in-memory manager keeps it in.
+const maxLimit = math.MaxUint32
+
+// clampLimit caps a per-request limit (from MaxFunc) at what the arithmetic
+// supports for this window; such a limit is effectively unlimited anyway.
+func clampLimit(limit, window int64) int64 {
+	if limit > maxLimit {
+		limit = maxLimit
+	}
+	if limit > maxLimitWindow/window {
+		limit = maxLimitWindow / window
+	}
+	return limit
+}
+
+// state is one key's stored state. Its fields mean what the algorithm says.
+type state struct {
+	a, b int64
+	c    uint32
+}
+
+// algorithm is one rate-limiting algorithm's step function and what goes with
+// it. Every method is pure: time comes in as now (µs), nothing is kept.
+type algorithm interface {
+	// take decides a request of cost units at now and, when it is admitted,
+	// counts it in s.
+	take(s *state, now int64, r rule, cost int64) Decision
+	// refund credits cost units of an admitted request back, in the window
+	// that d says it was counted in, if that window still counts.
+	refund(s *state, now int64, r rule, cost int64, d Decision)
+	// expiry is the time (µs) from which s holds nothing: a fresh state is
+	// equivalent. It is the latest time the state must be kept.
+	expiry(s *state, r rule) int64
+	// name is the algorithm's tag in storage keys.
+	name() string
+}
+
+// backend keeps the state of every key and applies an algorithm to it. The
+// deciding core (algorithms, backends, Decision) knows nothing of Fiber.
+type backend interface {
+	take(ctx context.Context, key string, r rule, cost int64) (Decision, error)
+	refund(ctx context.Context, key string, r rule, cost int64, d Decision) error
+}
+
+// micros converts a non-negative span of microseconds to a Duration.
+func micros(us int64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// ceilDiv is ceil(a/b) for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 {
+	return (a + b - 1) / b
+}

@@ -1,0 +1,58 @@
+package limiter
+
+import "github.com/gofiber/fiber/v2"
+
+// FixedWindow admits at most Max units of cost per window of Expiration. A
+// key's window starts at its first counted request; when it has passed, the
+// next counted request starts a new one. It is the cheapest algorithm and
+// the easiest to explain, but a client can spend 2*Max across the boundary
+// of two windows. This is the default LimiterMiddleware, as in Fiber.
+type FixedWindow struct{}
+
+// New returns the rate-limiting handler for cfg using the fixed window.
+func (FixedWindow) New(cfg Config) fiber.Handler {
+	return newHandler(cfg, fixedWindow{})
+}
+
+// fixedWindow is the step function. State: a = window start (µs),
+// b = units counted in that window.
+type fixedWindow struct{}
+
+func (fixedWindow) name() string { return "fw" }
+
+func (fixedWindow) take(s *state, now int64, r rule, cost int64) Decision {
+	start, count := s.a, s.b
+	if count == 0 || now >= start+r.window {
+		start, count = now, 0
+	}
+	d := Decision{Limit: int(r.limit)}
+	switch {
+	case cost > r.limit:
+		d.RetryAfter = InfDuration
+	case count+cost <= r.limit:
+		count += cost
+		s.a, s.b = start, count
+		d.Allowed = true
+		d.countedIn = start
+	default:
+		d.RetryAfter = micros(start + r.window - now)
+	}
+	d.Remaining = int(max(0, r.limit-count))
+	if count > 0 {
+		d.ResetAfter = micros(start + r.window - now)
+	}
+	return d
+}
+
+func (fixedWindow) refund(s *state, now int64, r rule, cost int64, d Decision) {
+	if s.b > 0 && s.a == d.countedIn && now < s.a+r.window {
+		s.b = max(0, s.b-cost)
+	}
+}
+
+func (fixedWindow) expiry(s *state, r rule) int64 {
+	if s.b == 0 {
+		return 0
+	}
+	return s.a + r.window
+}

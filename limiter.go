@@ -1,0 +1,167 @@
+// Package limiter is a rate-limiting middleware for Fiber v2, configured like
+// Fiber's own middleware/limiter, with a fixed window, a sliding window and a
+// token bucket, millisecond-exact time, and headers on every response.
+//
+//	app.Use(limiter.New(limiter.Config{
+//		Max:               100,
+//		Expiration:        time.Minute,
+//		LimiterMiddleware: limiter.TokenBucket{},
+//	}))
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// LimiterHandler chooses the algorithm: FixedWindow, SlidingWindow or
+// TokenBucket. New receives the config with defaults filled in and returns
+// the middleware. It is Fiber's interface, so a user's own implementation
+// still plugs in.
+type LimiterHandler interface {
+	New(config Config) fiber.Handler
+}
+
+// New returns the rate-limiting middleware for config (ConfigDefault when
+// none is given). It panics if the config is invalid, naming the field.
+func New(config ...Config) fiber.Handler {
+	cfg := configDefault(config...)
+	h := cfg.LimiterMiddleware.New(cfg)
+	if h == nil {
+		panic(fmt.Sprintf("limiter: LimiterMiddleware %T returned a nil handler from New", cfg.LimiterMiddleware))
+	}
+	return h
+}
+
+// handler is the one middleware body shared by every algorithm and backend.
+type handler struct {
+	next           func(*fiber.Ctx) bool
+	maxFunc        func(*fiber.Ctx) int
+	costFunc       func(*fiber.Ctx) int
+	keyFunc        func(*fiber.Ctx) string
+	limitReached   fiber.Handler
+	backend        backend
+	base           rule
+	fixedBurst     bool // Burst was set: the bucket's capacity does not follow MaxFunc
+	skipFailed     bool
+	skipSuccessful bool
+	headers        headerWriter
+}
+
+// newHandler builds the middleware for alg. cfg may come straight from a
+// user calling FixedWindow{}.New(cfg), so the defaults are applied again.
+func newHandler(cfg Config, alg algorithm) fiber.Handler {
+	cfg = configDefault(cfg)
+	if cfg.Burst != 0 {
+		if _, ok := alg.(tokenBucket); !ok {
+			panic(fmt.Sprintf("limiter: Burst is %d but only TokenBucket uses it; remove it or use TokenBucket{}", cfg.Burst))
+		}
+	}
+	window := cfg.Expiration.Microseconds()
+	h := &handler{
+		next:           cfg.Next,
+		maxFunc:        cfg.MaxFunc,
+		costFunc:       cfg.Cost,
+		keyFunc:        cfg.KeyGenerator,
+		limitReached:   cfg.LimitReached,
+		base:           rule{alg: alg, limit: int64(cfg.Max), burst: int64(cfg.Max), window: window},
+		fixedBurst:     cfg.Burst > 0,
+		skipFailed:     cfg.SkipFailedRequests,
+		skipSuccessful: cfg.SkipSuccessfulRequests,
+		headers:        headerWriter{enabled: !cfg.DisableHeaders},
+	}
+	if cfg.Burst > 0 {
+		h.base.burst = int64(cfg.Burst)
+	}
+	clock := cfg.clock
+	if cfg.Storage == nil {
+		if clock == nil {
+			clock = monotonicMicros()
+		}
+		h.backend = newManager(alg, cfg.MaxKeys, clock)
+		if isDefaultKeyGenerator(cfg.KeyGenerator) {
+			h.keyFunc = (&ipKeyer{}).key
+		}
+	} else {
+		if clock == nil {
+			clock = wallMicros
+		}
+		h.backend = newStorageBackend(cfg.Storage, alg, cfg.KeyPrefix, clock)
+	}
+	return h.serve
+}
+
+func (h *handler) serve(c *fiber.Ctx) error {
+	if h.next != nil && h.next(c) {
+		return c.Next()
+	}
+	r := h.base
+	if h.maxFunc != nil {
+		limit := int64(h.maxFunc(c))
+		if limit <= 0 {
+			return c.Next()
+		}
+		r.limit = clampLimit(limit, r.window)
+		if !h.fixedBurst {
+			r.burst = r.limit
+		}
+	}
+	cost := int64(1)
+	if h.costFunc != nil {
+		if cost = int64(h.costFunc(c)); cost < 0 {
+			return fmt.Errorf("limiter: Cost returned %d for %s %s; it must be >= 0", cost, c.Method(), c.Path())
+		}
+	}
+	key := h.keyFunc(c)
+	refunds := h.skipFailed || h.skipSuccessful
+	if refunds {
+		// The key may point into request buffers that the handler below
+		// is free to change; the refund needs it as it is now.
+		key = string([]byte(key))
+	}
+	d, err := h.backend.take(c.Context(), key, r, cost)
+	if err != nil {
+		return fmt.Errorf("limiter: rate-limit storage failed: %w", err)
+	}
+	h.headers.write(c, d)
+	if !d.Allowed {
+		return h.limitReached(c)
+	}
+	if !refunds || cost == 0 {
+		return c.Next()
+	}
+	err = c.Next()
+	if failed := responseStatus(c, err) >= fiber.StatusBadRequest; (failed && h.skipFailed) || (!failed && h.skipSuccessful) {
+		if rerr := h.backend.refund(c.Context(), key, r, cost, d); rerr != nil && err == nil {
+			err = fmt.Errorf("limiter: rate-limit refund failed: %w", rerr)
+		}
+	}
+	return err
+}
+
+// responseStatus is the status the client will get: a returned error decides
+// it (a *fiber.Error its code, anything else 500), as Fiber's default error
+// handler does, since that handler has not run yet.
+func responseStatus(c *fiber.Ctx, err error) int {
+	if err == nil {
+		return c.Response().StatusCode()
+	}
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		return fe.Code
+	}
+	return fiber.StatusInternalServerError
+}
+
+// monotonicMicros returns a clock in µs that never goes back, for state that
+// lives only in this process.
+func monotonicMicros() func() int64 {
+	origin := time.Now()
+	return func() int64 { return int64(time.Since(origin) / time.Microsecond) }
+}
+
+// wallMicros is Unix time in µs, for state shared through a store.
+func wallMicros() int64 { return time.Now().UnixMicro() }

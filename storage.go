@@ -1,0 +1,109 @@
+package limiter
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// storageBackend keeps state in any fiber.Storage by reading, deciding and
+// writing back under a lock of this process. That is exact for one process;
+// replicas sharing the store can interleave their reads and writes and admit
+// more than the limit together, as Fiber's limiter does.
+type storageBackend struct {
+	store  fiber.Storage
+	alg    algorithm
+	prefix string // KeyPrefix + the algorithm's tag + ":"
+	clock  func() int64
+	seed   maphash.Seed
+	locks  [64]sync.Mutex // striped by key, so unrelated keys do not wait
+}
+
+// stateVersion leads every stored value, so a later layout can be told apart.
+const (
+	stateVersion = 1
+	stateSize    = 1 + 8 + 8 + 4
+)
+
+func newStorageBackend(store fiber.Storage, alg algorithm, prefix string, clock func() int64) *storageBackend {
+	return &storageBackend{store: store, alg: alg, prefix: prefix + alg.name() + ":", clock: clock, seed: maphash.MakeSeed()}
+}
+
+func (b *storageBackend) take(_ context.Context, key string, r rule, cost int64) (Decision, error) {
+	var d Decision
+	err := b.modify(key, r, func(s *state, now int64) bool {
+		d = b.alg.take(s, now, r, cost)
+		return d.Allowed
+	})
+	return d, err
+}
+
+func (b *storageBackend) refund(_ context.Context, key string, r rule, cost int64, d Decision) error {
+	return b.modify(key, r, func(s *state, now int64) bool {
+		b.alg.refund(s, now, r, cost, d)
+		return true
+	})
+}
+
+// modify runs step on the key's state under the key's lock and writes the
+// state back when step reports a change.
+func (b *storageBackend) modify(key string, r rule, step func(s *state, now int64) bool) error {
+	skey := b.prefix + key
+	mu := &b.locks[maphash.String(b.seed, skey)%uint64(len(b.locks))]
+	mu.Lock()
+	defer mu.Unlock()
+	raw, err := b.store.Get(skey)
+	if err != nil {
+		return fmt.Errorf("limiter: get %q: %w", skey, err)
+	}
+	s := decodeState(raw)
+	now := b.clock()
+	if exp := b.alg.expiry(&s, r); exp <= now {
+		s = state{}
+	}
+	if !step(&s, now) {
+		return nil
+	}
+	exp := b.alg.expiry(&s, r)
+	if exp <= now {
+		if err := b.store.Delete(skey); err != nil {
+			return fmt.Errorf("limiter: delete %q: %w", skey, err)
+		}
+		return nil
+	}
+	// Stores differ in TTL resolution (Fiber's memory storage counts whole
+	// seconds, rounding down). The state carries its own times, so keeping it
+	// up to a second longer than needed changes nothing; losing it early would.
+	ttl := time.Duration(ceilSeconds(micros(exp-now))+1) * time.Second
+	if err := b.store.Set(skey, encodeState(s), ttl); err != nil {
+		return fmt.Errorf("limiter: set %q: %w", skey, err)
+	}
+	return nil
+}
+
+func encodeState(s state) []byte {
+	buf := make([]byte, stateSize)
+	buf[0] = stateVersion
+	binary.BigEndian.PutUint64(buf[1:], uint64(s.a))
+	binary.BigEndian.PutUint64(buf[9:], uint64(s.b))
+	binary.BigEndian.PutUint32(buf[17:], s.c)
+	return buf
+}
+
+// decodeState reads what encodeState wrote; anything else (nothing stored, a
+// value of another layout) is a fresh state.
+func decodeState(raw []byte) state {
+	if len(raw) != stateSize || raw[0] != stateVersion {
+		return state{}
+	}
+	return state{
+		a: int64(binary.BigEndian.Uint64(raw[1:])),
+		b: int64(binary.BigEndian.Uint64(raw[9:])),
+		c: binary.BigEndian.Uint32(raw[17:]),
+	}
+}

@@ -1,0 +1,68 @@
+package limiter
+
+import "github.com/gofiber/fiber/v2"
+
+// TokenBucket gives each key a bucket of Burst tokens (default Max) that
+// refills continuously at Max tokens per Expiration; a request takes Cost
+// tokens (default 1) and is admitted while the bucket holds them. It allows
+// short bursts up to Burst yet holds the long-run rate to Max per
+// Expiration, and it has no window edges. Pick it for APIs whose clients
+// send bursts, or whose requests differ in cost.
+type TokenBucket struct{}
+
+// New returns the rate-limiting handler for cfg using the token bucket.
+func (TokenBucket) New(cfg Config) fiber.Handler {
+	return newHandler(cfg, tokenBucket{})
+}
+
+// tokenBucket is the step function, a GCRA in integer form. State: a = time
+// of the last update (µs), b = the bucket's debt (tokens taken and not yet
+// refilled) in units of 1/W token, where W is the window in µs. In those
+// units a token is W, the capacity is burst*W, and the bucket refills limit
+// units per µs, so every step is exact integer arithmetic: burst*W <= 2^52.
+type tokenBucket struct{}
+
+func (tokenBucket) name() string { return "tb" }
+
+// debtAt is the debt left at now after refilling since the last update.
+func (tokenBucket) debtAt(s *state, now int64, r rule) int64 {
+	elapsed := now - s.a
+	if elapsed <= 0 {
+		return s.b
+	}
+	if elapsed >= ceilDiv(s.b, r.limit) {
+		return 0
+	}
+	return s.b - elapsed*r.limit
+}
+
+func (b tokenBucket) take(s *state, now int64, r rule, cost int64) Decision {
+	debt := b.debtAt(s, now, r)
+	capacity := r.burst * r.window
+	d := Decision{Limit: int(r.burst)}
+	switch {
+	case cost > r.burst:
+		d.RetryAfter = InfDuration
+	case debt+cost*r.window <= capacity:
+		debt += cost * r.window
+		s.a, s.b = now, debt
+		d.Allowed = true
+	default:
+		d.RetryAfter = micros(ceilDiv(debt+cost*r.window-capacity, r.limit))
+	}
+	d.Remaining = int(max(0, r.burst-ceilDiv(debt, r.window)))
+	d.ResetAfter = micros(ceilDiv(debt, r.limit))
+	return d
+}
+
+func (b tokenBucket) refund(s *state, now int64, r rule, cost int64, _ Decision) {
+	debt := b.debtAt(s, now, r)
+	s.a, s.b = now, max(0, debt-cost*r.window)
+}
+
+func (tokenBucket) expiry(s *state, r rule) int64 {
+	if s.b == 0 {
+		return 0
+	}
+	return s.a + ceilDiv(s.b, r.limit)
+}
