@@ -72,17 +72,18 @@ type state struct {
 }
 
 // algorithm is one rate-limiting algorithm's step function and what goes with
-// it. Every method is pure: time comes in as now (µs), nothing is kept.
+// it. Every method is pure: time comes in as now (µs), state goes in and
+// comes out by value, nothing is kept.
 type algorithm interface {
-	// take decides a request of cost units at now and, when it is admitted,
-	// counts it in s.
-	take(s *state, now int64, r rule, cost int64) Decision
+	// take decides a request of cost units at now and returns the state to
+	// keep: with the cost counted when it is admitted, else s unchanged.
+	take(s state, now int64, r rule, cost int64) (state, Decision)
 	// refund credits cost units of an admitted request back, in the window
 	// that d says it was counted in, if that window still counts.
-	refund(s *state, now int64, r rule, cost int64, d Decision)
+	refund(s state, now int64, r rule, cost int64, d Decision) state
 	// expiry is the time (µs) from which s holds nothing: a fresh state is
 	// equivalent. It is the latest time the state must be kept.
-	expiry(s *state, r rule) int64
+	expiry(s state, r rule) int64
 	// name is the algorithm's tag in storage keys.
 	name() string
 }

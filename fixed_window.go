@@ -20,8 +20,11 @@ type fixedWindow struct{}
 
 func (fixedWindow) name() string { return "fw" }
 
-func (fixedWindow) take(s *state, now int64, r rule, cost int64) Decision {
+func (fixedWindow) take(s state, now int64, r rule, cost int64) (state, Decision) {
 	start, count := s.a, s.b
+	if count > 0 {
+		now = max(now, start) // time never goes back for a key
+	}
 	if count == 0 || now >= start+r.window {
 		start, count = now, 0
 	}
@@ -41,16 +44,17 @@ func (fixedWindow) take(s *state, now int64, r rule, cost int64) Decision {
 	if count > 0 {
 		d.ResetAfter = micros(start + r.window - now)
 	}
-	return d
+	return s, d
 }
 
-func (fixedWindow) refund(s *state, now int64, r rule, cost int64, d Decision) {
+func (fixedWindow) refund(s state, now int64, r rule, cost int64, d Decision) state {
 	if s.b > 0 && s.a == d.countedIn && now < s.a+r.window {
 		s.b = max(0, s.b-cost)
 	}
+	return s
 }
 
-func (fixedWindow) expiry(s *state, r rule) int64 {
+func (fixedWindow) expiry(s state, r rule) int64 {
 	if s.b == 0 {
 		return 0
 	}

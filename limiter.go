@@ -78,9 +78,6 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 	}
 	clock := cfg.clock
 	if cfg.Storage == nil {
-		if clock == nil {
-			clock = monotonicMicros()
-		}
 		h.backend = newManager(alg, cfg.MaxKeys, clock)
 		if isDefaultKeyGenerator(cfg.KeyGenerator) {
 			h.keyFunc = (&ipKeyer{}).key
@@ -154,13 +151,6 @@ func responseStatus(c *fiber.Ctx, err error) int {
 		return fe.Code
 	}
 	return fiber.StatusInternalServerError
-}
-
-// monotonicMicros returns a clock in µs that never goes back, for state that
-// lives only in this process.
-func monotonicMicros() func() int64 {
-	origin := time.Now()
-	return func() int64 { return int64(time.Since(origin) / time.Microsecond) }
 }
 
 // wallMicros is Unix time in µs, for state shared through a store.

@@ -10,5 +10,5 @@ import (
 // one process-wide goroutine that refreshes its Date header once a second;
 // it is fasthttp's, started on the first request, not one per limiter.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
 }

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -44,7 +45,8 @@ const (
 
 type manager struct {
 	alg    algorithm
-	clock  func() int64
+	clock  func() int64 // tests only; nil: the request's time, see now
+	origin time.Time
 	seed   maphash.Seed
 	rotor  atomic.Uint32
 	shards [shardCount]shard
@@ -77,7 +79,7 @@ type shard struct {
 }
 
 func newManager(alg algorithm, maxKeys int, clock func() int64) *manager {
-	m := &manager{alg: alg, clock: clock, seed: maphash.MakeSeed()}
+	m := &manager{alg: alg, clock: clock, origin: time.Now(), seed: maphash.MakeSeed()}
 	perShard := max(1, (maxKeys+shardCount-1)/shardCount)
 	for i := range m.shards {
 		m.shards[i].limit = perShard
@@ -97,23 +99,44 @@ func storedKey(key string, buf *[sha256.Size]byte) (string, uint32) {
 	return unsafe.String(&buf[0], len(buf)), sha256.Size | digestFlag
 }
 
+// requestTimer is what a request context may tell of its own time:
+// *fasthttp.RequestCtx.Time() is when the server began to handle it, read
+// from the monotonic clock just before the handler ran.
+type requestTimer interface{ Time() time.Time }
+
+// now is the manager's time in µs since it was made, on the monotonic clock.
+// A request's own start time serves when there is one, which spares a clock
+// read (about 90 ns on some virtual machines) on every request. Requests
+// handled at once on several connections may so reach a key slightly out of
+// order; the step functions never let time go back for a key.
+func (m *manager) now(ctx context.Context) int64 {
+	if m.clock != nil {
+		return m.clock()
+	}
+	if rt, ok := ctx.(requestTimer); ok {
+		if t := rt.Time(); !t.IsZero() {
+			return int64(t.Sub(m.origin) / time.Microsecond)
+		}
+	}
+	return int64(time.Since(m.origin) / time.Microsecond)
+}
+
 func (m *manager) shardFor(key string) (*shard, uint64) {
 	h := maphash.String(m.seed, key)
 	return &m.shards[h>>(64-shardBits)], h
 }
 
-func (m *manager) take(_ context.Context, key string, r rule, cost int64) (Decision, error) {
+func (m *manager) take(ctx context.Context, key string, r rule, cost int64) (Decision, error) {
 	var buf [sha256.Size]byte
 	k, klen := storedKey(key, &buf)
 	s, h := m.shardFor(k)
-	now := m.clock()
+	now := m.now(ctx)
 	s.mu.Lock()
 	e := s.lookup(k, klen, uint32(h), now)
-	st := state{a: e.a, b: e.b, c: e.c}
-	d := m.alg.take(&st, now, r, cost)
+	st, d := m.alg.take(state{a: e.a, b: e.b, c: e.c}, now, r, cost)
 	if d.Allowed {
 		e.a, e.b, e.c = st.a, st.b, st.c
-		e.exp = m.alg.expiry(&st, r)
+		e.exp = m.alg.expiry(st, r)
 	}
 	s.sweep(now, sweepPerTake)
 	s.takes++
@@ -125,19 +148,18 @@ func (m *manager) take(_ context.Context, key string, r rule, cost int64) (Decis
 	return d, nil
 }
 
-func (m *manager) refund(_ context.Context, key string, r rule, cost int64, d Decision) error {
+func (m *manager) refund(ctx context.Context, key string, r rule, cost int64, d Decision) error {
 	var buf [sha256.Size]byte
 	k, klen := storedKey(key, &buf)
 	s, h := m.shardFor(k)
-	now := m.clock()
+	now := m.now(ctx)
 	s.mu.Lock()
 	if i := s.find(k, klen, uint32(h)); i >= 0 {
 		e := &s.entries[i]
 		if e.exp > now {
-			st := state{a: e.a, b: e.b, c: e.c}
-			m.alg.refund(&st, now, r, cost, d)
+			st := m.alg.refund(state{a: e.a, b: e.b, c: e.c}, now, r, cost, d)
 			e.a, e.b, e.c = st.a, st.b, st.c
-			e.exp = m.alg.expiry(&st, r)
+			e.exp = m.alg.expiry(st, r)
 		}
 	}
 	s.mu.Unlock()
@@ -300,16 +322,13 @@ func (s *shard) sweep(now int64, n int) {
 // compact drops expired entries and rebuilds the index and arena to fit the
 // rest; memory is reallocated when the old arrays are far too large.
 func (s *shard) compact(now int64) {
-	live := s.entries[:0]
-	if cap(s.entries) > 2*len(s.entries)+64 {
-		live = make([]entry, 0, len(s.entries))
-	}
+	live := s.entries[:0] // filtered in place: writes never pass reads
 	for _, e := range s.entries {
 		if e.exp > now {
 			live = append(live, e)
 		}
 	}
-	if len(live) > 0 && cap(live) > 4*len(live)+64 {
+	if cap(live) > 4*len(live)+64 {
 		live = append(make([]entry, 0, len(live)+len(live)/8), live...)
 	}
 	s.entries = live

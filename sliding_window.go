@@ -31,8 +31,11 @@ func (slidingWindow) name() string { return "sw" }
 
 // roll brings the state's windows forward to now and returns start, current
 // and previous counts as they stand at now.
-func (slidingWindow) roll(s *state, now int64, r rule) (start, cur, prev int64) {
+func (slidingWindow) roll(s state, now int64, r rule) (start, cur, prev int64) {
 	start, cur, prev = s.a, s.b, int64(s.c)
+	if now < start {
+		return start, cur, prev // time never goes back for a key
+	}
 	if now >= start+r.window {
 		n := (now - start) / r.window
 		if n == 1 {
@@ -49,8 +52,9 @@ func (slidingWindow) roll(s *state, now int64, r rule) (start, cur, prev int64) 
 	return start, cur, prev
 }
 
-func (w slidingWindow) take(s *state, now int64, r rule, cost int64) Decision {
+func (w slidingWindow) take(s state, now int64, r rule, cost int64) (state, Decision) {
 	start, cur, prev := w.roll(s, now, r)
+	now = max(now, start)
 	elapsed := now - start
 	weighted := prev * (r.window - elapsed) // previous window's share, times W
 	d := Decision{Limit: int(r.limit)}
@@ -72,7 +76,7 @@ func (w slidingWindow) take(s *state, now int64, r rule, cost int64) Decision {
 	case prev > 0:
 		d.ResetAfter = micros(start + r.window - now)
 	}
-	return d
+	return s, d
 }
 
 // retryAfter is the time (µs) from elapsed until a request of cost would be
@@ -94,7 +98,7 @@ func (slidingWindow) retryAfter(elapsed, cur, prev int64, r rule, cost int64) in
 	return W - elapsed + e
 }
 
-func (w slidingWindow) refund(s *state, now int64, r rule, cost int64, d Decision) {
+func (w slidingWindow) refund(s state, now int64, r rule, cost int64, d Decision) state {
 	start, cur, prev := w.roll(s, now, r)
 	switch d.countedIn {
 	case start:
@@ -102,12 +106,12 @@ func (w slidingWindow) refund(s *state, now int64, r rule, cost int64, d Decisio
 	case start - r.window:
 		prev = max(0, prev-cost)
 	default:
-		return
+		return s
 	}
-	s.a, s.b, s.c = start, cur, uint32(prev)
+	return state{a: start, b: cur, c: uint32(prev)}
 }
 
-func (slidingWindow) expiry(s *state, r rule) int64 {
+func (slidingWindow) expiry(s state, r rule) int64 {
 	switch {
 	case s.b > 0:
 		return s.a + 2*r.window

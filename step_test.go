@@ -40,10 +40,11 @@ func runSteps(t *testing.T, alg algorithm, r rule, steps []stepCase) {
 			rr.limit, rr.burst = st.limit, st.limit
 		}
 		if st.refund {
-			alg.refund(&s, st.at, rr, lastCost, last)
+			s = alg.refund(s, st.at, rr, lastCost, last)
 			continue
 		}
-		d := alg.take(&s, st.at, rr, st.cost)
+		var d Decision
+		s, d = alg.take(s, st.at, rr, st.cost)
 		if d.Allowed {
 			last, lastCost = d, st.cost
 		}
@@ -123,10 +124,10 @@ func TestFixedWindowRefundOnlyInItsWindow(t *testing.T) {
 	sec := 1000 * ms
 	r := rule{limit: 3, burst: 3, window: sec}
 	var s state
-	d := fixedWindow{}.take(&s, 0, r, 1)
+	s, d := fixedWindow{}.take(s, 0, r, 1)
 	require.True(t, d.Allowed)
-	fixedWindow{}.take(&s, sec+5, r, 2) // a new window, counted 2
-	fixedWindow{}.refund(&s, sec+6, r, 1, d)
+	s, _ = fixedWindow{}.take(s, sec+5, r, 2) // a new window, counted 2
+	s = fixedWindow{}.refund(s, sec+6, r, 1, d)
 	require.Equal(t, int64(2), s.b, "a refund must not credit a later window")
 }
 
@@ -227,7 +228,8 @@ func TestSteadyClientAboveLimitRecovers(t *testing.T) {
 			perSecond := make([]int, 20)
 			for i := int64(0); i < 20*11; i++ { // 11 requests a second
 				now := i * sec / 11
-				if alg.take(&s, now, r, 1).Allowed {
+				var d Decision
+				if s, d = alg.take(s, now, r, 1); d.Allowed {
 					perSecond[now/sec]++
 				}
 			}

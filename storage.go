@@ -36,23 +36,22 @@ func newStorageBackend(store fiber.Storage, alg algorithm, prefix string, clock 
 
 func (b *storageBackend) take(_ context.Context, key string, r rule, cost int64) (Decision, error) {
 	var d Decision
-	err := b.modify(key, r, func(s *state, now int64) bool {
-		d = b.alg.take(s, now, r, cost)
-		return d.Allowed
+	err := b.modify(key, r, func(s state, now int64) (state, bool) {
+		s, d = b.alg.take(s, now, r, cost)
+		return s, d.Allowed
 	})
 	return d, err
 }
 
 func (b *storageBackend) refund(_ context.Context, key string, r rule, cost int64, d Decision) error {
-	return b.modify(key, r, func(s *state, now int64) bool {
-		b.alg.refund(s, now, r, cost, d)
-		return true
+	return b.modify(key, r, func(s state, now int64) (state, bool) {
+		return b.alg.refund(s, now, r, cost, d), true
 	})
 }
 
 // modify runs step on the key's state under the key's lock and writes the
 // state back when step reports a change.
-func (b *storageBackend) modify(key string, r rule, step func(s *state, now int64) bool) error {
+func (b *storageBackend) modify(key string, r rule, step func(s state, now int64) (state, bool)) error {
 	skey := b.prefix + key
 	mu := &b.locks[maphash.String(b.seed, skey)%uint64(len(b.locks))]
 	mu.Lock()
@@ -63,13 +62,14 @@ func (b *storageBackend) modify(key string, r rule, step func(s *state, now int6
 	}
 	s := decodeState(raw)
 	now := b.clock()
-	if exp := b.alg.expiry(&s, r); exp <= now {
+	if exp := b.alg.expiry(s, r); exp <= now {
 		s = state{}
 	}
-	if !step(&s, now) {
+	s, changed := step(s, now)
+	if !changed {
 		return nil
 	}
-	exp := b.alg.expiry(&s, r)
+	exp := b.alg.expiry(s, r)
 	if exp <= now {
 		if err := b.store.Delete(skey); err != nil {
 			return fmt.Errorf("limiter: delete %q: %w", skey, err)

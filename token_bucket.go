@@ -25,7 +25,7 @@ type tokenBucket struct{}
 func (tokenBucket) name() string { return "tb" }
 
 // debtAt is the debt left at now after refilling since the last update.
-func (tokenBucket) debtAt(s *state, now int64, r rule) int64 {
+func (tokenBucket) debtAt(s state, now int64, r rule) int64 {
 	elapsed := now - s.a
 	if elapsed <= 0 {
 		return s.b
@@ -36,7 +36,7 @@ func (tokenBucket) debtAt(s *state, now int64, r rule) int64 {
 	return s.b - elapsed*r.limit
 }
 
-func (b tokenBucket) take(s *state, now int64, r rule, cost int64) Decision {
+func (b tokenBucket) take(s state, now int64, r rule, cost int64) (state, Decision) {
 	debt := b.debtAt(s, now, r)
 	capacity := r.burst * r.window
 	d := Decision{Limit: int(r.burst)}
@@ -45,22 +45,22 @@ func (b tokenBucket) take(s *state, now int64, r rule, cost int64) Decision {
 		d.RetryAfter = InfDuration
 	case debt+cost*r.window <= capacity:
 		debt += cost * r.window
-		s.a, s.b = now, debt
+		s.a, s.b = max(now, s.a), debt // time never goes back for a key
 		d.Allowed = true
 	default:
 		d.RetryAfter = micros(ceilDiv(debt+cost*r.window-capacity, r.limit))
 	}
 	d.Remaining = int(max(0, r.burst-ceilDiv(debt, r.window)))
 	d.ResetAfter = micros(ceilDiv(debt, r.limit))
-	return d
+	return s, d
 }
 
-func (b tokenBucket) refund(s *state, now int64, r rule, cost int64, _ Decision) {
+func (b tokenBucket) refund(s state, now int64, r rule, cost int64, _ Decision) state {
 	debt := b.debtAt(s, now, r)
-	s.a, s.b = now, max(0, debt-cost*r.window)
+	return state{a: max(now, s.a), b: max(0, debt-cost*r.window)}
 }
 
-func (tokenBucket) expiry(s *state, r rule) int64 {
+func (tokenBucket) expiry(s state, r rule) int64 {
 	if s.b == 0 {
 		return 0
 	}

@@ -1,0 +1,65 @@
+package limiter
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestInvalidConfigPanicsNamingTheField(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"negative Max", Config{Max: -1}, "limiter: Max is -1; it must be >= 0"},
+		{"negative Burst", Config{Burst: -2, LimiterMiddleware: TokenBucket{}}, "limiter: Burst is -2; it must be >= 0"},
+		{"negative MaxKeys", Config{MaxKeys: -1}, "limiter: MaxKeys is -1"},
+		{"negative Expiration", Config{Expiration: -time.Second}, "limiter: Expiration is -1s; it must be 0 (default 1m0s) or at least 1ms"},
+		{"sub-millisecond Expiration", Config{Expiration: time.Microsecond}, "limiter: Expiration is 1µs"},
+		{"Burst without TokenBucket", Config{Burst: 3}, "limiter: Burst is 3 but only TokenBucket uses it"},
+		{"Max beyond exact arithmetic", Config{Max: 1 << 40, Expiration: time.Hour}, "limiter: Max is 1099511627776; with Expiration of 1h0m0s it must be at most"},
+		{"Burst beyond exact arithmetic", Config{Burst: 1 << 33, LimiterMiddleware: TokenBucket{}}, "limiter: Burst is 8589934592"},
+		{"nil pointer algorithm", Config{LimiterMiddleware: (*SlidingWindow)(nil)}, "limiter: LimiterMiddleware is a nil *limiter.SlidingWindow"},
+		{"algorithm returning nil", Config{LimiterMiddleware: nilHandler{}}, "limiter: LimiterMiddleware limiter.nilHandler returned a nil handler"},
+		{"Duration and Expiration disagree", Config{Duration: time.Second, Expiration: time.Minute}, "limiter: Duration (deprecated) is 1s and Expiration is 1m0s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				require.NotNil(t, r, "New did not panic")
+				assert.Contains(t, r, tt.want)
+			}()
+			New(tt.cfg)
+		})
+	}
+}
+
+type nilHandler struct{}
+
+func (nilHandler) New(Config) fiber.Handler { return nil }
+
+func TestConfigDefaults(t *testing.T) {
+	cfg := configDefault(Config{})
+	assert.Equal(t, 5, cfg.Max)
+	assert.Equal(t, time.Minute, cfg.Expiration)
+	assert.Equal(t, "limiter:", cfg.KeyPrefix)
+	assert.Equal(t, 1<<20, cfg.MaxKeys)
+	assert.Equal(t, FixedWindow{}, cfg.LimiterMiddleware)
+	assert.NotNil(t, cfg.KeyGenerator)
+	assert.NotNil(t, cfg.LimitReached)
+
+	// Fiber's deprecated fields still work.
+	key := func(*fiber.Ctx) string { return "k" }
+	store := newMapStorage()
+	old := configDefault(Config{Duration: 3 * time.Second, Key: key, Store: store})
+	assert.Equal(t, 3*time.Second, old.Expiration)
+	assert.Equal(t, "k", old.KeyGenerator(nil))
+	assert.Same(t, store, old.Storage.(*mapStorage))
+
+	require.NotPanics(t, func() { New() })
+}
