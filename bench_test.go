@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"context"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -167,17 +168,28 @@ func BenchmarkHeapPerKey(b *testing.B) {
 			var clock testClock
 			m := newManager(fixedWindow{}, 2*n, clock.micros)
 			r := rule{limit: 10, burst: 10, window: int64(time.Minute / time.Microsecond)}
+			ctx := context.Background()
+			var lat, rebuilds latencies // of single takes, and of the rebuilds in them
+			observeRebuild = rebuilds.add
+			defer func() { observeRebuild = nil }()
+			timed := func(k string) {
+				start := time.Now()
+				_, _ = m.take(ctx, k, r, 1)
+				lat.add(time.Since(start))
+			}
 			before := liveHeap()
 			for _, k := range keys {
-				m.take(nil, k, r, 1) //nolint:staticcheck // the manager ignores ctx
+				timed(k)
 			}
 			after := liveHeap()
 			b.ReportMetric(float64(after-before-uint64(keyBytes))/n, "B/key")
 			clock.advance(2 * time.Minute)
 			for i := range 4 * n { // traffic on a few keys reclaims the rest
-				m.take(nil, keys[i%1024], r, 1) //nolint:staticcheck
+				timed(keys[i%1024])
 			}
 			held := liveHeap()
+			lat.report(b, "take")
+			rebuilds.report(b, "rebuild")
 			b.ReportMetric(100*float64(held-before)/float64(after-before), "%held")
 			runtime.KeepAlive(m)
 		}
@@ -214,4 +226,37 @@ func liveHeap() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// latencies is a histogram of durations in whole microseconds.
+type latencies struct {
+	counts [10_001]int // the last bucket holds 10 ms and more
+	n      int
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.counts[min(int(d/time.Microsecond), len(l.counts)-1)]++
+	l.n++
+}
+
+// quantile is the smallest bucket (µs) holding the q-th fraction of samples.
+func (l *latencies) quantile(q float64) int {
+	want, seen := min(l.n-1, int(q*float64(l.n))), 0
+	for us, c := range l.counts {
+		if seen += c; seen > want {
+			return us
+		}
+	}
+	return len(l.counts) - 1
+}
+
+func (l *latencies) report(b *testing.B, what string) {
+	over := 0
+	for _, c := range l.counts[1000:] {
+		over += c
+	}
+	b.ReportMetric(float64(l.n), what+"s")
+	b.ReportMetric(float64(l.quantile(0.999)), what+"-p99.9-µs")
+	b.ReportMetric(float64(l.quantile(1)), what+"-max-µs")
+	b.ReportMetric(float64(over), what+"s>1ms")
 }

@@ -1,6 +1,6 @@
 module github.com/fiberlimit/limiter
 
-go 1.26.8
+go 1.23
 
 require (
 	github.com/gofiber/fiber/v2 v2.52.15

@@ -5,11 +5,12 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+
+	"github.com/gofiber/fiber/v2"
 )
 
-func get(t *testing.T, app interface {
-	Test(*http.Request, ...int) (*http.Response, error)
-}, path string) *http.Response {
+// get sends GET path to app and returns the response, its body closed.
+func get(t *testing.T, app *fiber.App, path string) *http.Response {
 	t.Helper()
 	resp, err := app.Test(httptest.NewRequest(http.MethodGet, path, nil), -1)
 	if err != nil {
