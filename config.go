@@ -30,7 +30,7 @@ type Config struct {
 	// field, for limits that depend on the client (a plan, an API key). A
 	// result <= 0 means no limit for that request: it passes uncounted and
 	// without headers. Results above what the window's arithmetic supports
-	// (limit × Expiration in µs must stay below 2^52, and a limit below 2^32)
+	// (limit × Expiration in µs at most 2^60, and a limit below 2^32)
 	// are capped there.
 	//
 	// Optional. Default: nil
@@ -61,7 +61,7 @@ type Config struct {
 	// status is >= 400 (including a handler that returns an error, such as a
 	// *fiber.Error). The request is counted first, so concurrent requests
 	// cannot all slip through, then credited back in the window it was
-	// counted in.
+	// counted in. Its rate-limit headers show the count before the credit.
 	//
 	// Default: false
 	SkipFailedRequests bool
@@ -126,12 +126,14 @@ type Config struct {
 	DisableHeaders bool
 
 	// MaxKeys caps how many keys the in-memory manager tracks, so a flood of
-	// distinct keys cannot exhaust memory (a key costs about 60 bytes plus
+	// distinct keys cannot exhaust memory (a key costs about 64 bytes plus
 	// its length, and keys longer than 64 bytes are kept as a 32-byte
-	// digest). When a new key arrives at the cap, expired keys are reclaimed
-	// first; if none are, the key closest to its reset among a small random
-	// sample is dropped and starts afresh if it returns. Must be >= 0; zero
-	// means the default. Unused with Storage.
+	// digest). The cap is enforced per shard, MaxKeys/128 keys each (rounded
+	// up), so it can bite a little before MaxKeys keys in all. When a new key
+	// arrives at a full shard, the shard's expired keys are reclaimed first;
+	// if none are, the key closest to its reset among 8 sampled at random is
+	// dropped, and starts afresh if it returns. Must be >= 0; zero means the
+	// default. Unused with Storage.
 	//
 	// Default: 1 << 20 (1,048,576 keys)
 	MaxKeys int

@@ -45,9 +45,10 @@ type rule struct {
 	window int64 // µs, >= 1000
 }
 
-// maxLimitWindow bounds limit*window (and burst*window) so that every product
-// the step functions form stays an exact integer in int64 and in a Lua double.
-const maxLimitWindow = 1 << 52
+// maxLimitWindow bounds limit*window (and burst*window, window in µs) so that
+// every product the step functions form (at most about 3*limit*window) fits
+// an int64: 100,000 a day or 1,000,000 per 13 days are within it.
+const maxLimitWindow = 1 << 60
 
 // maxLimit bounds a limit so that a window's count fits the uint32 slot the
 // in-memory manager keeps it in.

@@ -24,7 +24,7 @@ func (SlidingWindow) New(cfg Config) fiber.Handler {
 //
 // All arithmetic is on integers scaled by the window length W, so the Go and
 // Lua twins agree to the unit: the estimate times W is
-// prev*(W-elapsed) + cur*W, and limit*W <= 2^52 keeps it exact.
+// prev*(W-elapsed) + cur*W, and limit*W <= 2^60 keeps it within an int64.
 type slidingWindow struct{}
 
 func (slidingWindow) name() string { return "sw" }

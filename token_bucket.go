@@ -19,7 +19,7 @@ func (TokenBucket) New(cfg Config) fiber.Handler {
 // of the last update (µs), b = the bucket's debt (tokens taken and not yet
 // refilled) in units of 1/W token, where W is the window in µs. In those
 // units a token is W, the capacity is burst*W, and the bucket refills limit
-// units per µs, so every step is exact integer arithmetic: burst*W <= 2^52.
+// units per µs, so every step is exact integer arithmetic: burst*W <= 2^60.
 type tokenBucket struct{}
 
 func (tokenBucket) name() string { return "tb" }
