@@ -166,7 +166,7 @@ func BenchmarkHeapPerKey(b *testing.B) {
 	b.Run("ours", func(b *testing.B) {
 		for range b.N {
 			var clock testClock
-			m := newManager(fixedWindow{}, 2*n, clock.micros)
+			m := newManager(algFixed, 2*n, clock.micros)
 			r := rule{limit: 10, burst: 10, window: int64(time.Minute / time.Microsecond)}
 			ctx := context.Background()
 			var lat, rebuilds latencies // of single takes, and of the rebuilds in them
@@ -259,4 +259,43 @@ func (l *latencies) report(b *testing.B, what string) {
 	b.ReportMetric(float64(l.quantile(0.999)), what+"-p99.9-µs")
 	b.ReportMetric(float64(l.quantile(1)), what+"-max-µs")
 	b.ReportMetric(float64(over), what+"s>1ms")
+}
+
+// BenchmarkFloor splits a hot-key request into what any limiter in this
+// place pays: Fiber's dispatch to one more middleware (noop), reading the
+// key (noop-key), and setting three response headers through fasthttp
+// (noop-key-headers), beside this limiter with and without headers.
+func BenchmarkFloor(b *testing.B) {
+	key := func(c *fiber.Ctx) string { return c.Get("X-Key") }
+	writer := headerWriter{enabled: true}
+	variants := []benchVariant{
+		{"baseline", nil},
+		{"noop", func(int) fiber.Handler { return func(c *fiber.Ctx) error { return c.Next() } }},
+		{"noop-key", func(int) fiber.Handler {
+			return func(c *fiber.Ctx) error { _ = key(c); return c.Next() }
+		}},
+		{"noop-key-headers", func(int) fiber.Handler {
+			return func(c *fiber.Ctx) error {
+				_ = key(c)
+				writer.write(c, Decision{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Minute})
+				return c.Next()
+			}
+		}},
+		{"fixed-noheaders", func(max int) fiber.Handler {
+			return New(Config{Max: max, Expiration: time.Minute, KeyGenerator: key, DisableHeaders: true})
+		}},
+		{"fixed", func(max int) fiber.Handler {
+			return New(Config{Max: max, Expiration: time.Minute, KeyGenerator: key})
+		}},
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			h := benchApp(v, 1<<26)
+			ctx := newBenchCtx()
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				serveOne(h, ctx, benchKeys[0], fiber.StatusOK, b)
+			}
+		})
+	}
 }

@@ -39,7 +39,6 @@ type Decision struct {
 // Lua doubles, which are exact integers below 2^53, and microseconds since
 // the epoch stay below that for the next 80 years.
 type rule struct {
-	alg    algorithm
 	limit  int64 // units admitted per window (the token bucket's refill per window)
 	burst  int64 // token bucket capacity; equal to limit for the windows
 	window int64 // µs, >= 1000
@@ -72,21 +71,66 @@ type state struct {
 	c    uint32
 }
 
-// algorithm is one rate-limiting algorithm's step function and what goes with
-// it. Every method is pure: time comes in as now (µs), state goes in and
+// algorithm names one of the step functions, each in its own file. It is a
+// small integer rather than an interface: the step functions take and return
+// state and Decision by value, and a direct call passes them in registers
+// where an interface call would spill them (a third of a take's cost).
+type algorithm uint8
+
+const (
+	algFixed algorithm = iota + 1
+	algSliding
+	algToken
+)
+
+// Every step function is pure: time comes in as now (µs), state goes in and
 // comes out by value, nothing is kept.
-type algorithm interface {
-	// take decides a request of cost units at now and returns the state to
-	// keep: with the cost counted when it is admitted, else s unchanged.
-	take(s state, now int64, r rule, cost int64) (state, Decision)
-	// refund credits cost units of an admitted request back, in the window
-	// that d says it was counted in, if that window still counts.
-	refund(s state, now int64, r rule, cost int64, d Decision) state
-	// expiry is the time (µs) from which s holds nothing: a fresh state is
-	// equivalent. It is the latest time the state must be kept.
-	expiry(s state, r rule) int64
-	// name is the algorithm's tag in storage keys.
-	name() string
+//
+// take decides a request of cost units at now and returns the state to keep:
+// with the cost counted when it is admitted, else s unchanged.
+func (a algorithm) take(s state, now int64, r rule, cost int64) (state, Decision) {
+	switch a {
+	case algFixed:
+		return fixedWindow{}.take(s, now, r, cost)
+	case algSliding:
+		return slidingWindow{}.take(s, now, r, cost)
+	}
+	return tokenBucket{}.take(s, now, r, cost)
+}
+
+// refund credits cost units of an admitted request back, in the window that
+// d says it was counted in, if that window still counts.
+func (a algorithm) refund(s state, now int64, r rule, cost int64, d Decision) state {
+	switch a {
+	case algFixed:
+		return fixedWindow{}.refund(s, now, r, cost, d)
+	case algSliding:
+		return slidingWindow{}.refund(s, now, r, cost, d)
+	}
+	return tokenBucket{}.refund(s, now, r, cost, d)
+}
+
+// expiry is the time (µs) from which s holds nothing: a fresh state is
+// equivalent. It is the latest time the state must be kept.
+func (a algorithm) expiry(s state, r rule) int64 {
+	switch a {
+	case algFixed:
+		return fixedWindow{}.expiry(s, r)
+	case algSliding:
+		return slidingWindow{}.expiry(s, r)
+	}
+	return tokenBucket{}.expiry(s, r)
+}
+
+// name is the algorithm's tag in storage keys.
+func (a algorithm) name() string {
+	switch a {
+	case algFixed:
+		return "fw"
+	case algSliding:
+		return "sw"
+	}
+	return "tb"
 }
 
 // backend keeps the state of every key and applies an algorithm to it. The

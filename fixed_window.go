@@ -11,14 +11,12 @@ type FixedWindow struct{}
 
 // New returns the rate-limiting handler for cfg using the fixed window.
 func (FixedWindow) New(cfg Config) fiber.Handler {
-	return newHandler(cfg, fixedWindow{})
+	return newHandler(cfg, algFixed)
 }
 
 // fixedWindow is the step function. State: a = window start (µs),
 // b = units counted in that window.
 type fixedWindow struct{}
-
-func (fixedWindow) name() string { return "fw" }
 
 func (fixedWindow) take(s state, now int64, r rule, cost int64) (state, Decision) {
 	start, count := s.a, s.b

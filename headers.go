@@ -19,6 +19,7 @@ var (
 // headerWriter sets the rate-limit headers of a decision on the response.
 type headerWriter struct {
 	enabled bool
+	limit   []byte // X-RateLimit-Limit's value when it never changes (no MaxFunc)
 }
 
 // write sets X-RateLimit-Limit, -Remaining and -Reset (seconds until the
@@ -28,7 +29,11 @@ func (w headerWriter) write(c *fiber.Ctx, d Decision) {
 	var buf [20]byte
 	h := &c.Response().Header
 	if w.enabled {
-		h.SetCanonical(headerLimit, strconv.AppendInt(buf[:0], int64(d.Limit), 10))
+		if w.limit != nil {
+			h.SetCanonical(headerLimit, w.limit)
+		} else {
+			h.SetCanonical(headerLimit, strconv.AppendInt(buf[:0], int64(d.Limit), 10))
+		}
 		h.SetCanonical(headerRemaining, strconv.AppendInt(buf[:0], int64(d.Remaining), 10))
 		h.SetCanonical(headerReset, strconv.AppendInt(buf[:0], ceilSeconds(d.ResetAfter), 10))
 	}

@@ -12,6 +12,7 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -56,7 +57,7 @@ type handler struct {
 func newHandler(cfg Config, alg algorithm) fiber.Handler {
 	cfg = configDefault(cfg)
 	if cfg.Burst != 0 {
-		if _, ok := alg.(tokenBucket); !ok {
+		if alg != algToken {
 			panic(fmt.Sprintf("limiter: Burst is %d but only TokenBucket uses it; remove it or use TokenBucket{}", cfg.Burst))
 		}
 	}
@@ -67,7 +68,7 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 		costFunc:       cfg.Cost,
 		keyFunc:        cfg.KeyGenerator,
 		limitReached:   cfg.LimitReached,
-		base:           rule{alg: alg, limit: int64(cfg.Max), burst: int64(cfg.Max), window: window},
+		base:           rule{limit: int64(cfg.Max), burst: int64(cfg.Max), window: window},
 		fixedBurst:     cfg.Burst > 0,
 		skipFailed:     cfg.SkipFailedRequests,
 		skipSuccessful: cfg.SkipSuccessfulRequests,
@@ -75,6 +76,13 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 	}
 	if cfg.Burst > 0 {
 		h.base.burst = int64(cfg.Burst)
+	}
+	if cfg.MaxFunc == nil {
+		limit := h.base.limit
+		if alg == algToken {
+			limit = h.base.burst
+		}
+		h.headers.limit = strconv.AppendInt(nil, limit, 10)
 	}
 	clock := cfg.clock
 	if cfg.Storage == nil {

@@ -36,7 +36,7 @@ func checkIndex(t *testing.T, m *manager) {
 // The manager must decide exactly as a plain map of states would, through
 // growth, sweeps and compaction, for every algorithm.
 func TestManagerMatchesReferenceModel(t *testing.T) {
-	for _, alg := range []algorithm{fixedWindow{}, slidingWindow{}, tokenBucket{}} {
+	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
 		t.Run(alg.name(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			var clock testClock
@@ -67,7 +67,7 @@ func TestManagerMatchesReferenceModel(t *testing.T) {
 
 func TestManagerReclaimsExpiredKeys(t *testing.T) {
 	var clock testClock
-	m := newManager(fixedWindow{}, 1<<20, clock.micros)
+	m := newManager(algFixed, 1<<20, clock.micros)
 	r := rule{limit: 10, burst: 10, window: minute}
 	for i := range 20_000 {
 		_, _ = m.take(context.Background(), "key-"+strconv.Itoa(i), r, 1)
@@ -92,7 +92,7 @@ func TestManagerReclaimsExpiredKeys(t *testing.T) {
 func TestManagerCapBoundsKeys(t *testing.T) {
 	var clock testClock
 	const maxKeys = 4 * shardCount
-	m := newManager(tokenBucket{}, maxKeys, clock.micros)
+	m := newManager(algToken, maxKeys, clock.micros)
 	r := rule{limit: 1, burst: 1, window: minute}
 	for i := range 50_000 {
 		d, err := m.take(context.Background(), "flood-"+strconv.Itoa(i), r, 1)
@@ -117,7 +117,7 @@ func TestManagerHostileKeys(t *testing.T) {
 		long, long[:len(long)-1] + "y", string(make([]byte, 32)),
 	}
 	var clock testClock
-	m := newManager(fixedWindow{}, 1<<20, clock.micros)
+	m := newManager(algFixed, 1<<20, clock.micros)
 	r := rule{limit: 2, burst: 2, window: minute}
 	for round := range 3 {
 		for _, k := range keys {
@@ -133,7 +133,7 @@ func TestManagerHostileKeys(t *testing.T) {
 
 func TestManagerRefundAfterExpiryIsIgnored(t *testing.T) {
 	var clock testClock
-	m := newManager(fixedWindow{}, 1<<20, clock.micros)
+	m := newManager(algFixed, 1<<20, clock.micros)
 	r := rule{limit: 1, burst: 1, window: minute}
 	d, _ := m.take(context.Background(), "k", r, 1)
 	clock.advance(2 * time.Minute)

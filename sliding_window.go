@@ -16,7 +16,7 @@ type SlidingWindow struct{}
 
 // New returns the rate-limiting handler for cfg using the sliding window.
 func (SlidingWindow) New(cfg Config) fiber.Handler {
-	return newHandler(cfg, slidingWindow{})
+	return newHandler(cfg, algSliding)
 }
 
 // slidingWindow is the step function. State: a = current window's start (µs),
@@ -26,8 +26,6 @@ func (SlidingWindow) New(cfg Config) fiber.Handler {
 // Lua twins agree to the unit: the estimate times W is
 // prev*(W-elapsed) + cur*W, and limit*W <= 2^60 keeps it within an int64.
 type slidingWindow struct{}
-
-func (slidingWindow) name() string { return "sw" }
 
 // roll brings the state's windows forward to now and returns start, current
 // and previous counts as they stand at now.

@@ -116,7 +116,7 @@ func TestFixedWindowSteps(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { runSteps(t, fixedWindow{}, r, tt.steps) })
+		t.Run(tt.name, func(t *testing.T) { runSteps(t, algFixed, r, tt.steps) })
 	}
 }
 
@@ -174,7 +174,7 @@ func TestSlidingWindowSteps(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { runSteps(t, slidingWindow{}, r, tt.steps) })
+		t.Run(tt.name, func(t *testing.T) { runSteps(t, algSliding, r, tt.steps) })
 	}
 }
 
@@ -212,7 +212,7 @@ func TestTokenBucketSteps(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { runSteps(t, tokenBucket{}, r, tt.steps) })
+		t.Run(tt.name, func(t *testing.T) { runSteps(t, algToken, r, tt.steps) })
 	}
 }
 
@@ -222,7 +222,7 @@ func TestTokenBucketSteps(t *testing.T) {
 func TestSteadyClientAboveLimitRecovers(t *testing.T) {
 	sec := 1000 * ms
 	r := rule{limit: 10, burst: 10, window: sec}
-	for _, alg := range []algorithm{fixedWindow{}, slidingWindow{}, tokenBucket{}} {
+	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
 		t.Run(alg.name(), func(t *testing.T) {
 			var s state
 			perSecond := make([]int, 20)

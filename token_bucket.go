@@ -12,7 +12,7 @@ type TokenBucket struct{}
 
 // New returns the rate-limiting handler for cfg using the token bucket.
 func (TokenBucket) New(cfg Config) fiber.Handler {
-	return newHandler(cfg, tokenBucket{})
+	return newHandler(cfg, algToken)
 }
 
 // tokenBucket is the step function, a GCRA in integer form. State: a = time
@@ -21,8 +21,6 @@ func (TokenBucket) New(cfg Config) fiber.Handler {
 // units a token is W, the capacity is burst*W, and the bucket refills limit
 // units per µs, so every step is exact integer arithmetic: burst*W <= 2^60.
 type tokenBucket struct{}
-
-func (tokenBucket) name() string { return "tb" }
 
 // debtAt is the debt left at now after refilling since the last update.
 func (tokenBucket) debtAt(s state, now int64, r rule) int64 {
