@@ -10,6 +10,7 @@
 package limiter
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -45,6 +46,7 @@ type handler struct {
 	keyFunc        func(*fiber.Ctx) string
 	limitReached   fiber.Handler
 	backend        backend
+	inMemory       bool // the backend is the manager, which reads the request's time from c.Context()
 	base           rule
 	fixedBurst     bool // Burst was set: the bucket's capacity does not follow MaxFunc
 	skipFailed     bool
@@ -87,9 +89,12 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 	clock := cfg.clock
 	if cfg.Storage == nil {
 		h.backend = newManager(alg, cfg.MaxKeys, clock)
+		h.inMemory = true
 		if isDefaultKeyGenerator(cfg.KeyGenerator) {
 			h.keyFunc = (&ipKeyer{}).key
 		}
+	} else if conn, ok := cfg.Storage.(redisConn); ok {
+		h.backend = newRedisBackend(conn, alg, cfg.KeyPrefix, clock)
 	} else {
 		if clock == nil {
 			clock = wallMicros
@@ -127,7 +132,8 @@ func (h *handler) serve(c *fiber.Ctx) error {
 		// is free to change; the refund needs it as it is now.
 		key = string([]byte(key))
 	}
-	d, err := h.backend.take(c.Context(), key, r, cost)
+	ctx := h.context(c)
+	d, err := h.backend.take(ctx, key, r, cost)
 	if err != nil {
 		return fmt.Errorf("limiter: rate-limit storage failed: %w", err)
 	}
@@ -140,11 +146,22 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	}
 	err = c.Next()
 	if failed := responseStatus(c, err) >= fiber.StatusBadRequest; (failed && h.skipFailed) || (!failed && h.skipSuccessful) {
-		if rerr := h.backend.refund(c.Context(), key, r, cost, d); rerr != nil && err == nil {
+		if rerr := h.backend.refund(ctx, key, r, cost, d); rerr != nil && err == nil {
 			err = fmt.Errorf("limiter: rate-limit refund failed: %w", rerr)
 		}
 	}
 	return err
+}
+
+// context is what the backend's calls run under: for a store, the user
+// context (c.UserContext, which handlers may give a deadline); for the
+// in-memory manager, the fasthttp.RequestCtx, whose Time it reads (it does
+// not wait on the context).
+func (h *handler) context(c *fiber.Ctx) context.Context {
+	if h.inMemory {
+		return c.Context()
+	}
+	return c.UserContext()
 }
 
 // responseStatus is the status the client will get: a returned error decides

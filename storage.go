@@ -27,7 +27,7 @@ type storageBackend struct {
 // stateVersion leads every stored value, so a later layout can be told apart.
 const (
 	stateVersion = 1
-	stateSize    = 1 + 8 + 8 + 4
+	stateSize    = 1 + 8 + 8 + 4 + 8
 )
 
 func newStorageBackend(store fiber.Storage, alg algorithm, prefix string, clock func() int64) *storageBackend {
@@ -60,11 +60,8 @@ func (b *storageBackend) modify(key string, r rule, step func(s state, now int64
 	if err != nil {
 		return fmt.Errorf("limiter: get %q: %w", skey, err)
 	}
-	s := decodeState(raw)
 	now := b.clock()
-	if exp := b.alg.expiry(s, r); exp <= now {
-		s = state{}
-	}
+	s := decodeState(raw, now)
 	s, changed := step(s, now)
 	if !changed {
 		return nil
@@ -80,25 +77,28 @@ func (b *storageBackend) modify(key string, r rule, step func(s state, now int64
 	// seconds, rounding down). The state carries its own times, so keeping it
 	// up to a second longer than needed changes nothing; losing it early would.
 	ttl := time.Duration(ceilSeconds(micros(exp-now))+1) * time.Second
-	if err := b.store.Set(skey, encodeState(s), ttl); err != nil {
+	if err := b.store.Set(skey, encodeState(s, exp), ttl); err != nil {
 		return fmt.Errorf("limiter: set %q: %w", skey, err)
 	}
 	return nil
 }
 
-func encodeState(s state) []byte {
+// encodeState lays out a state with the time it expires: from then on it is
+// empty, as the in-memory manager and the Redis scripts hold too.
+func encodeState(s state, exp int64) []byte {
 	buf := make([]byte, stateSize)
 	buf[0] = stateVersion
 	binary.BigEndian.PutUint64(buf[1:], uint64(s.a))
 	binary.BigEndian.PutUint64(buf[9:], uint64(s.b))
 	binary.BigEndian.PutUint32(buf[17:], s.c)
+	binary.BigEndian.PutUint64(buf[21:], uint64(exp))
 	return buf
 }
 
-// decodeState reads what encodeState wrote; anything else (nothing stored, a
-// value of another layout) is a fresh state.
-func decodeState(raw []byte) state {
-	if len(raw) != stateSize || raw[0] != stateVersion {
+// decodeState reads what encodeState wrote as it stands at now; anything
+// else (nothing stored, another layout, an expired state) is a fresh state.
+func decodeState(raw []byte, now int64) state {
+	if len(raw) != stateSize || raw[0] != stateVersion || int64(binary.BigEndian.Uint64(raw[21:])) <= now {
 		return state{}
 	}
 	return state{

@@ -1,0 +1,186 @@
+// Package redistest starts real redis-server processes for tests: each on a
+// free loopback port, in its own temporary directory, stopped when the test
+// ends. Without a redis-server binary the test is skipped, or fails when
+// LIMITER_REQUIRE_REDIS=1 (as in CI).
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is one redis-server process.
+type Server struct {
+	Port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+	t    testing.TB
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+
+func binary(t testing.TB, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("LIMITER_REQUIRE_REDIS") == "1" {
+			t.Fatalf("%s not found and LIMITER_REQUIRE_REDIS=1: %v", name, err)
+		}
+		t.Skipf("%s not found: %v", name, err)
+	}
+	return path
+}
+
+// freePort returns a loopback port that is free, and whose cluster bus port
+// (port + 10000) is free too.
+func freePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if port+10000 > 65535 {
+			continue
+		}
+		if bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000)); err == nil {
+			_ = bus.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port pair found")
+	return 0
+}
+
+// Start starts a redis-server with extra arguments and stops it when the
+// test ends. It never touches the data of any other server.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin := binary(t, "redis-server")
+	s := &Server{Port: freePort(t), dir: t.TempDir(), t: t}
+	s.args = append([]string{
+		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "redis.log",
+	}, extra...)
+	s.start(bin)
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start(bin string) {
+	s.t.Helper()
+	s.cmd = exec.Command(bin, s.args...)
+	s.cmd.Dir = s.dir
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	defer client.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := client.Ping(context.Background()).Err()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(s.dir + "/redis.log")
+			s.t.Fatalf("redis-server on %s did not answer: %v\n%s", s.Addr(), err, log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Stop kills the server and waits for it to exit. Calling it twice is fine.
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart stops the server and starts a fresh one on the same port.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.start(binary(s.t, "redis-server"))
+}
+
+// Client returns a client for the server, closed when the test ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Cluster is a Redis Cluster of masters without replicas.
+type Cluster struct {
+	Masters []*Server
+}
+
+// Addrs lists the masters' addresses.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.Masters))
+	for i, m := range c.Masters {
+		addrs[i] = m.Addr()
+	}
+	return addrs
+}
+
+// Client returns a cluster client, closed when the test ends.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// StartCluster starts n masters with cluster mode on, assigns all slots
+// with redis-cli --cluster create, and waits until every node reports the
+// cluster ok.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	cli := binary(t, "redis-cli")
+	c := &Cluster{}
+	for range n {
+		c.Masters = append(c.Masters, Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, m := range c.Masters {
+		client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		for {
+			info, err := client.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = client.Close()
+				t.Fatalf("cluster node %s not ok: %v %s", m.Addr(), err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = client.Close()
+	}
+	return c
+}
+
+// String describes the server for messages.
+func (s *Server) String() string { return fmt.Sprintf("redis-server %s", s.Addr()) }

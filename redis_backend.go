@@ -1,0 +1,64 @@
+package limiter
+
+import (
+	"context"
+	"time"
+
+	"github.com/fiberlimit/limiter/storage/redis"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// redisConn is what a Config.Storage offers when it sits on go-redis v9: the
+// *Storage of github.com/gofiber/storage/redis/v3 and this module's own
+// redis.Store. Such a storage gets the atomic Lua store.
+type redisConn interface {
+	Conn() goredis.UniversalClient
+}
+
+// redisBackend decides in Redis, atomically for every process that shares
+// the keys: one script call per decision and per refund.
+type redisBackend struct {
+	store  *redis.Store
+	alg    redis.Algorithm
+	prefix string // KeyPrefix + the algorithm's tag + ":"
+}
+
+func newRedisBackend(storage redisConn, alg algorithm, prefix string, clock func() int64) *redisBackend {
+	store, ok := storage.(*redis.Store)
+	if !ok || clock != nil {
+		var opts []redis.Option
+		if clock != nil {
+			opts = append(opts, redis.WithClock(func() time.Time { return time.UnixMicro(clock()) }))
+		}
+		store = redis.New(storage.Conn(), opts...)
+	}
+	algs := [...]redis.Algorithm{algFixed: redis.FixedWindow, algSliding: redis.SlidingWindow, algToken: redis.TokenBucket}
+	return &redisBackend{store: store, alg: algs[alg], prefix: prefix + alg.name() + ":"}
+}
+
+func (b *redisBackend) rule(r rule) redis.Rule {
+	return redis.Rule{Algorithm: b.alg, Limit: r.limit, Burst: r.burst, Window: time.Duration(r.window) * time.Microsecond}
+}
+
+func (b *redisBackend) take(ctx context.Context, key string, r rule, cost int64) (Decision, error) {
+	res, err := b.store.Take(ctx, b.prefix+key, b.rule(r), cost)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{
+		Allowed:    res.Allowed,
+		Limit:      int(res.Limit),
+		Remaining:  int(res.Remaining),
+		ResetAfter: res.ResetAfter,
+		RetryAfter: res.RetryAfter,
+		countedIn:  res.CountedIn,
+	}
+	if res.RetryAfter == redis.Never {
+		d.RetryAfter = InfDuration
+	}
+	return d, nil
+}
+
+func (b *redisBackend) refund(ctx context.Context, key string, r rule, cost int64, d Decision) error {
+	return b.store.Refund(ctx, b.prefix+key, b.rule(r), cost, d.countedIn)
+}

@@ -1,0 +1,281 @@
+package limiter
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/redistest"
+	"github.com/fiberlimit/limiter/storage/redis"
+	"github.com/gofiber/fiber/v2"
+	fiberredis "github.com/gofiber/storage/redis/v3"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+)
+
+// replicaHandler builds one Fiber app ("replica") around cfg and returns its
+// handler. Requests are keyed by X-Key.
+func replicaHandler(cfg Config) fasthttp.RequestHandler {
+	cfg.KeyGenerator = headerKey
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(New(cfg))
+	app.Get("/*", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+	return app.Handler()
+}
+
+// hammer sends requests for key spread over the replicas from callers
+// goroutines and returns how many were admitted. Any status but 200 and 429
+// fails the test.
+func hammer(t *testing.T, replicas []fasthttp.RequestHandler, key string, requests, callers int) int {
+	t.Helper()
+	var next, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(requests) {
+					return
+				}
+				var ctx fasthttp.RequestCtx
+				ctx.Request.Header.SetMethod(fasthttp.MethodGet)
+				ctx.Request.SetRequestURI("/")
+				ctx.Request.Header.Set("X-Key", key)
+				replicas[i%int64(len(replicas))](&ctx)
+				switch code := ctx.Response.StatusCode(); code {
+				case fiber.StatusOK:
+					admitted.Add(1)
+				case fiber.StatusTooManyRequests:
+				default:
+					t.Errorf("status %d: %s", code, ctx.Response.Body())
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(admitted.Load())
+}
+
+// Three replicas, each with its own client and limiter, share one Redis:
+// exactly Max requests are admitted, every round, for every algorithm, both
+// with this module's store and with gofiber/storage/redis/v3 as Storage.
+func TestRedisExactAcrossReplicas(t *testing.T) {
+	server := redistest.Start(t)
+	storages := map[string]func() fiber.Storage{
+		"store": func() fiber.Storage {
+			return redis.New(goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 32}))
+		},
+		"gofiber-storage": func() fiber.Storage {
+			return fiberredis.New(fiberredis.Config{Host: "127.0.0.1", Port: server.Port, PoolSize: 32})
+		},
+	}
+	const rounds, requests, callers, max = 5, 5000, 96, 1000
+	for name, newStorage := range storages {
+		for _, alg := range algorithms {
+			t.Run(name+"/"+alg.name, func(t *testing.T) {
+				var replicas []fasthttp.RequestHandler
+				for range 3 {
+					storage := newStorage()
+					t.Cleanup(func() { _ = storage.Close() })
+					replicas = append(replicas, replicaHandler(Config{
+						Max: max, Expiration: 1000 * time.Hour, Storage: storage, LimiterMiddleware: alg.mw,
+					}))
+				}
+				for round := range rounds {
+					key := "exact-" + name + "-" + strconv.Itoa(round)
+					require.Equal(t, max, hammer(t, replicas, key, requests, callers), "round %d", round)
+				}
+			})
+		}
+	}
+}
+
+// On a Redis Cluster of 3 masters, keys spread over all of them, each key
+// is limited exactly, and no cluster error reaches a client.
+func TestRedisCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			var replicas []fasthttp.RequestHandler
+			for range 3 {
+				replicas = append(replicas, replicaHandler(Config{
+					Max: 2, Expiration: time.Hour, Storage: redis.New(cluster.Client(t)), LimiterMiddleware: alg.mw,
+					KeyPrefix: "cluster-" + alg.name + ":",
+				}))
+			}
+			for i := range 1000 {
+				require.Equal(t, 2, hammer(t, replicas, "k"+strconv.Itoa(i), 3, 1), "key %d", i)
+			}
+			for i := range 5 {
+				require.Equal(t, 2, hammer(t, replicas, "hot"+strconv.Itoa(i), 200, 32))
+			}
+		})
+	}
+	for _, m := range cluster.Masters {
+		n, err := m.Client(t).DBSize(context.Background()).Result()
+		require.NoError(t, err)
+		assert.Greater(t, n, int64(500), "master %s holds too few of the 3015 keys", m.Addr())
+	}
+}
+
+// A random trace of (time, key, cost, refund) gives the same decisions from
+// the in-memory manager and from Redis, with the client clock.
+func TestRedisMatchesMemory(t *testing.T) {
+	server := redistest.Start(t)
+	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
+		t.Run(alg.name(), func(t *testing.T) {
+			var clock testClock
+			clock.advance(time.Duration(rand.Int64N(int64(time.Hour))))
+			mem := newManager(alg, 1<<20, clock.micros)
+			red := newRedisBackend(redis.New(server.Client(t)), alg, "diff:", clock.micros)
+			rng := rand.New(rand.NewPCG(3, uint64(alg)))
+			last := map[string]Decision{}
+			ctx := context.Background()
+			for i := range 4000 {
+				clock.advance(time.Duration(rng.IntN(30_000)) * time.Microsecond)
+				key := "k" + strconv.Itoa(rng.IntN(12))
+				r := rule{limit: int64(3 + rng.IntN(4)), window: 100 * ms}
+				r.burst = r.limit
+				if alg == algToken {
+					r.burst = 6
+				}
+				cost := int64(rng.IntN(4))
+				if d, ok := last[key]; ok && rng.IntN(5) == 0 {
+					require.NoError(t, mem.refund(ctx, key, r, 1, d))
+					require.NoError(t, red.refund(ctx, key, r, 1, d))
+					delete(last, key)
+					continue
+				}
+				want, err := mem.take(ctx, key, r, cost)
+				require.NoError(t, err)
+				got, err := red.take(ctx, key, r, cost)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "step %d key %s cost %d", i, key, cost)
+				if want.Allowed && cost > 0 {
+					last[key] = want
+				}
+			}
+		})
+	}
+}
+
+// SkipFailedRequests through Redis gives the cost back in the window it
+// was counted in, also when the request ends after that window has passed,
+// exactly as the in-memory manager does.
+func TestRedisRefunds(t *testing.T) {
+	server := redistest.Start(t)
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			backends := map[string]fiber.Storage{"memory": nil, "redis": redis.New(server.Client(t))}
+			statuses := map[string][]int{}
+			for name, storage := range backends {
+				clock := &testClock{}
+				clock.advance(time.Hour)
+				app := newApp(Config{
+					Max: 2, Expiration: time.Second, Storage: storage, LimiterMiddleware: alg.mw,
+					SkipFailedRequests: true, KeyPrefix: "refund-" + alg.name + ":",
+				}, clock, func(c *fiber.Ctx) error {
+					switch c.Path() {
+					case "/bad":
+						return fiber.ErrBadRequest
+					case "/slow-bad": // fails after its window has ended
+						clock.advance(time.Second)
+						return fiber.ErrBadRequest
+					}
+					return nil
+				})
+				var got []int
+				for _, path := range []string{"/bad", "/bad", "/bad", "/ok", "/slow-bad", "/ok", "/ok", "/ok"} {
+					got = append(got, get(t, app, path, "").StatusCode)
+				}
+				statuses[name] = got
+			}
+			assert.Equal(t, statuses["memory"], statuses["redis"])
+			assert.Equal(t, []int{400, 400, 400, 200, 400}, statuses["redis"][:5], "failed requests must be free")
+		})
+	}
+}
+
+// Decisions go on after the server forgets its scripts and after it restarts.
+func TestRedisScriptFlushAndRestart(t *testing.T) {
+	server := redistest.Start(t)
+	client := server.Client(t)
+	app := newApp(Config{Max: 100, Storage: redis.New(client), LimiterMiddleware: SlidingWindow{}}, nil, nil)
+	require.Equal(t, 200, get(t, app, "/", "").StatusCode)
+	require.NoError(t, client.ScriptFlush(context.Background()).Err())
+	resp := get(t, app, "/", "")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "98", resp.Header.Get("X-RateLimit-Remaining"))
+	server.Restart()
+	resp = get(t, app, "/", "")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "99", resp.Header.Get("X-RateLimit-Remaining"), "a restarted server without data starts afresh")
+}
+
+// Every key the limiter writes has a TTL no longer than its state needs.
+func TestRedisKeysHaveTTL(t *testing.T) {
+	server := redistest.Start(t)
+	client := server.Client(t)
+	limits := []struct {
+		mw     LimiterHandler
+		maxTTL time.Duration
+	}{
+		{FixedWindow{}, 10 * time.Second},
+		{SlidingWindow{}, 20 * time.Second}, // two windows
+		{TokenBucket{}, 10 * time.Second},   // a full refill
+	}
+	for _, l := range limits {
+		app := newApp(Config{Max: 5, Expiration: 10 * time.Second, Storage: redis.New(client), LimiterMiddleware: l.mw,
+			KeyGenerator: headerKey, SkipSuccessfulRequests: true}, nil, nil)
+		for i := range 50 {
+			get(t, app, "/", "k"+strconv.Itoa(i%7))
+		}
+		app = newApp(Config{Max: 5, Expiration: 10 * time.Second, Storage: redis.New(client), LimiterMiddleware: l.mw,
+			KeyGenerator: headerKey}, nil, nil)
+		for i := range 50 {
+			get(t, app, "/", "k"+strconv.Itoa(i%7))
+		}
+		keys, err := client.Keys(context.Background(), "limiter:"+map[string]string{"FixedWindow": "fw", "SlidingWindow": "sw", "TokenBucket": "tb"}[fiberName(l.mw)]+":*").Result()
+		require.NoError(t, err)
+		require.Len(t, keys, 7)
+		for _, k := range keys {
+			ttl, err := client.PTTL(context.Background(), k).Result()
+			require.NoError(t, err)
+			require.Greater(t, ttl, time.Duration(0), "key %s has no TTL", k)
+			require.LessOrEqual(t, ttl, l.maxTTL, "key %s", k)
+		}
+	}
+	n, err := client.DBSize(context.Background()).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(21), n, "nothing but the limited keys is stored")
+}
+
+// Replicas whose clocks are seconds apart agree when Redis keeps the time,
+// and do not when each sends its own (the reason server TIME is default).
+func TestRedisClockSkew(t *testing.T) {
+	server := redistest.Start(t)
+	skewed := func(offset time.Duration) func() int64 {
+		return func() int64 { return time.Now().Add(offset).UnixMicro() }
+	}
+	run := func(clocks []func() int64, key string) int {
+		var replicas []fasthttp.RequestHandler
+		for _, clock := range clocks {
+			cfg := Config{Max: 10, Expiration: 5 * time.Second, Storage: redis.New(server.Client(t))}
+			cfg.clock = clock
+			replicas = append(replicas, replicaHandler(cfg))
+		}
+		return hammer(t, replicas, key, 40, 1)
+	}
+	require.Equal(t, 10, run([]func() int64{nil, nil}, "server-time"))
+	require.Greater(t, run([]func() int64{skewed(0), skewed(7 * time.Second)}, "client-time"), 10,
+		"client clocks 7 s apart should disagree on the window")
+}

@@ -1,0 +1,49 @@
+package redis
+
+import "time"
+
+// Algorithm selects the rate-limiting algorithm of a Rule.
+type Algorithm uint8
+
+const (
+	// FixedWindow admits at most Limit units per Window, the window starting
+	// at the key's first counted request.
+	FixedWindow Algorithm = iota + 1
+	// SlidingWindow admits while prev*(1-elapsed/Window) + cur + cost <= Limit.
+	SlidingWindow
+	// TokenBucket holds Burst tokens, refilled at Limit per Window.
+	TokenBucket
+)
+
+// Rule is what a decision is made against.
+type Rule struct {
+	Algorithm Algorithm
+	// Limit is the units admitted per Window (the token bucket's refill per
+	// Window). Must be > 0.
+	Limit int64
+	// Burst is the token bucket's capacity; 0 means Limit. Ignored by the
+	// windows.
+	Burst int64
+	// Window is the window's length, at least 1 ms.
+	Window time.Duration
+}
+
+// Result is the outcome of one Take.
+type Result struct {
+	// Allowed reports whether the request was admitted and counted.
+	Allowed bool
+	// Limit is the quota decided against: Limit, or Burst for the bucket.
+	Limit int64
+	// Remaining is how many requests of cost 1 would be admitted now.
+	Remaining int64
+	// ResetAfter is the time until the quota is fully back.
+	ResetAfter time.Duration
+	// RetryAfter is zero when allowed; when rejected, the time until the
+	// same request would be admitted, or Never.
+	RetryAfter time.Duration
+	// CountedIn says where an admitted cost was counted; pass it to Refund.
+	CountedIn int64
+}
+
+// Never is the RetryAfter of a request whose cost exceeds the limit.
+const Never = time.Duration(1<<63 - 1)
