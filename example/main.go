@@ -1,10 +1,12 @@
 // Command example is a small Fiber app rate-limited by
-// github.com/fiberlimit/limiter, with the in-memory store.
+// github.com/fiberlimit/limiter, with the in-memory store by default or a
+// Redis shared by every replica.
 //
 // Run it from the repository root and follow the curl commands it prints:
 //
 //	go run ./example                     # serves http://127.0.0.1:3000
 //	go run ./example -addr 127.0.0.1:8080
+//	go run ./example -redis redis://127.0.0.1:6379/0
 //
 // Routes:
 //
@@ -27,18 +29,26 @@ import (
 	"time"
 
 	"github.com/fiberlimit/limiter"
+	"github.com/fiberlimit/limiter/storage/redis"
 	"github.com/gofiber/fiber/v2"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:3000", "address to listen on")
-	redisURL := flag.String("redis", "", "Redis URL for state shared by replicas (not available yet)")
+	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db) to share limits between replicas; default: in memory")
 	flag.Parse()
 
-	// The Redis store arrives in a later release; until then -redis is refused.
+	var storage fiber.Storage // nil: the in-memory manager
 	if *redisURL != "" {
-		fmt.Fprintln(os.Stderr, "example: Redis support is not available in this version of the limiter; run without -redis to use the in-memory store")
-		os.Exit(2)
+		opts, err := goredis.ParseURL(*redisURL)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "example: -redis:", err)
+			os.Exit(2)
+		}
+		store := redis.New(goredis.NewClient(opts))
+		defer store.Close()
+		storage = store
 	}
 
 	ln, err := net.Listen("tcp", *addr)
@@ -46,9 +56,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(1)
 	}
-	printUsage(os.Stdout, baseURL(ln.Addr()))
+	printUsage(os.Stdout, baseURL(ln.Addr()), storage != nil)
 
-	app := newApp()
+	app := newApp(storage)
 	errc := make(chan error, 1)
 	go func() { errc <- app.Listener(ln) }()
 
@@ -68,14 +78,16 @@ func main() {
 	<-errc
 }
 
-// newApp builds the app: the routes and their limiters.
-func newApp() *fiber.App {
+// newApp builds the app: the routes and their limiters, keeping their state
+// in storage (nil: in this process's memory).
+func newApp(storage fiber.Storage) *fiber.App {
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 
 	// A fixed window of 5 requests per 10 seconds for each client IP.
 	app.Get("/", limiter.New(limiter.Config{
 		Max:        5,
 		Expiration: 10 * time.Second,
+		Storage:    storage,
 	}), func(c *fiber.Ctx) error {
 		return c.SendString("hello\n")
 	})
@@ -88,6 +100,7 @@ func newApp() *fiber.App {
 		Expiration:        time.Second,
 		Burst:             6,
 		LimiterMiddleware: limiter.TokenBucket{},
+		Storage:           storage,
 		Cost: func(c *fiber.Ctx) int {
 			if c.Route().Path == "/api/expensive" {
 				return 3
@@ -115,8 +128,12 @@ func baseURL(a net.Addr) string {
 	return "http://" + net.JoinHostPort(host, port)
 }
 
-func printUsage(w io.Writer, base string) {
-	fmt.Fprintf(w, `Serving on %[1]s (in-memory limiter; Ctrl+C to stop)
+func printUsage(w io.Writer, base string, shared bool) {
+	where := "in-memory limiter"
+	if shared {
+		where = "limits shared through Redis"
+	}
+	fmt.Fprintf(w, `Serving on %[1]s (%[2]s; Ctrl+C to stop)
   GET /               fixed window: 5 requests per 10s per client IP
   GET /api/cheap      token bucket: burst 6, refills 1 token/s, costs 1
   GET /api/expensive  the same bucket, costs 3
@@ -124,5 +141,5 @@ func printUsage(w io.Writer, base string) {
 Try (the 6th request to / gets 429 with Retry-After):
   for i in 1 2 3 4 5 6; do curl -si %[1]s/ | grep -iE '^(HTTP|X-RateLimit|Retry-After)'; echo; done
   for i in 1 2 3; do curl -si %[1]s/api/expensive | grep -iE '^(HTTP|X-RateLimit|Retry-After)'; echo; done
-`, base)
+`, base, where)
 }

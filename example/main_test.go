@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/fiberlimit/limiter/internal/redistest"
+	"github.com/fiberlimit/limiter/storage/redis"
 	"github.com/gofiber/fiber/v2"
 )
 
@@ -21,7 +23,19 @@ func get(t *testing.T, app *fiber.App, path string) *http.Response {
 }
 
 func TestRootFixedWindow(t *testing.T) {
-	app := newApp()
+	checkRoot(t, newApp(nil))
+}
+
+// With -redis the same app keeps its limits in Redis (a redis-server of
+// the test's own).
+func TestRootFixedWindowOnRedis(t *testing.T) {
+	server := redistest.Start(t)
+	checkRoot(t, newApp(redis.New(server.Client(t))))
+}
+
+// checkRoot asserts the fixed window of /: 5 admitted, then a 429.
+func checkRoot(t *testing.T, app *fiber.App) {
+	t.Helper()
 	for i := range 5 {
 		resp := get(t, app, "/")
 		if resp.StatusCode != http.StatusOK {
@@ -47,7 +61,7 @@ func TestRootFixedWindow(t *testing.T) {
 }
 
 func TestAPITokenBucket(t *testing.T) {
-	app := newApp()
+	app := newApp(nil)
 	for i, want := range []string{"3", "0"} {
 		resp := get(t, app, "/api/expensive")
 		if resp.StatusCode != http.StatusOK {
