@@ -166,8 +166,8 @@ func BenchmarkHeapPerKey(b *testing.B) {
 	b.Run("ours", func(b *testing.B) {
 		for range b.N {
 			var clock testClock
-			m := newManager(algFixed, 2*n, clock.micros)
-			r := rule{limit: 10, burst: 10, window: int64(time.Minute / time.Microsecond)}
+			m := newManager(algFixed, 2*n, clock.millis)
+			r := rule{limit: 10, burst: 10, window: int64(time.Minute / time.Millisecond)}
 			ctx := context.Background()
 			var lat, rebuilds latencies // of single takes, and of the rebuilds in them
 			observeRebuild = rebuilds.add

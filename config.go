@@ -30,7 +30,7 @@ type Config struct {
 	// field, for limits that depend on the client (a plan, an API key). A
 	// result <= 0 means no limit for that request: it passes uncounted and
 	// without headers. Results above what the window's arithmetic supports
-	// (limit × Expiration in µs at most 2^60, and a limit below 2^32)
+	// (limit × Expiration in ms at most 2^51, and a limit below 2^32)
 	// are capped there.
 	//
 	// Optional. Default: nil
@@ -42,9 +42,9 @@ type Config struct {
 	KeyGenerator func(*fiber.Ctx) string
 
 	// Expiration is the length of the window (for TokenBucket, the time in
-	// which Max tokens refill). The limiter keeps microsecond time, so
-	// windows shorter than a second work. Must be 0 (the default) or at
-	// least 1 ms.
+	// which Max tokens refill). The limiter keeps millisecond time, so
+	// windows shorter than a second work; a fraction of a millisecond is
+	// rounded up. Must be 0 (the default) or at least 1 ms.
 	//
 	// Default: 1 * time.Minute
 	Expiration time.Duration
@@ -138,7 +138,7 @@ type Config struct {
 	// Default: 1 << 20 (1,048,576 keys)
 	MaxKeys int
 
-	// clock, when set, replaces the wall clock (tests only): µs since any
+	// clock, when set, replaces the wall clock (tests only): ms since any
 	// fixed origin.
 	clock func() int64
 }
@@ -206,7 +206,7 @@ func configDefault(config ...Config) Config {
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = ConfigDefault.MaxKeys
 	}
-	window := cfg.Expiration.Microseconds()
+	window := windowMillis(cfg.Expiration)
 	checkProduct("Max", cfg.Max, window)
 	checkProduct("Burst", cfg.Burst, window)
 	return cfg
@@ -223,7 +223,7 @@ func checkNonNegative(field string, v int) {
 func checkProduct(field string, v int, window int64) {
 	if int64(v) > maxLimit || int64(v) > maxLimitWindow/window {
 		panic(fmt.Sprintf("limiter: %s is %d; with Expiration of %v it must be at most %d (and below 2^32)",
-			field, v, time.Duration(window)*time.Microsecond, min(maxLimit, maxLimitWindow/window)))
+			field, v, time.Duration(window)*time.Millisecond, min(maxLimit, maxLimitWindow/window)))
 	}
 }
 

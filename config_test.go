@@ -21,7 +21,7 @@ func TestInvalidConfigPanicsNamingTheField(t *testing.T) {
 		{"negative Expiration", Config{Expiration: -time.Second}, "limiter: Expiration is -1s; it must be 0 (default 1m0s) or at least 1ms"},
 		{"sub-millisecond Expiration", Config{Expiration: time.Microsecond}, "limiter: Expiration is 1µs"},
 		{"Burst without TokenBucket", Config{Burst: 3}, "limiter: Burst is 3 but only TokenBucket uses it"},
-		{"Max beyond exact arithmetic", Config{Max: 1 << 31, Expiration: 1000 * time.Hour}, "limiter: Max is 2147483648; with Expiration of 1000h0m0s it must be at most 320255 (and below 2^32)"},
+		{"Max beyond exact arithmetic", Config{Max: 1 << 31, Expiration: 1000 * time.Hour}, "limiter: Max is 2147483648; with Expiration of 1000h0m0s it must be at most 625499 (and below 2^32)"},
 		{"Max beyond 2^32", Config{Max: 1 << 32}, "limiter: Max is 4294967296; with Expiration of 1m0s it must be at most 4294967295"},
 		{"Burst beyond exact arithmetic", Config{Burst: 1 << 33, LimiterMiddleware: TokenBucket{}}, "limiter: Burst is 8589934592"},
 		{"nil pointer algorithm", Config{LimiterMiddleware: (*SlidingWindow)(nil)}, "limiter: LimiterMiddleware is a nil *limiter.SlidingWindow"},

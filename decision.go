@@ -30,24 +30,25 @@ type Decision struct {
 	RetryAfter time.Duration
 
 	// countedIn identifies where an admitted cost was counted (the window's
-	// start in µs for the windows), so a refund credits that same window.
+	// start in ms for the windows), so a refund credits that same window.
 	countedIn int64
 }
 
 // rule is everything a backend needs, besides the key and the cost, to decide.
-// Times are in microseconds: the Redis twins of the step functions work in
-// Lua doubles, which are exact integers below 2^53, and microseconds since
-// the epoch stay below that for the next 80 years.
+// Times are integers in milliseconds, in both backends: the Redis twins of
+// the step functions work in Lua doubles, which are exact integers below
+// 2^53, and headers carry whole seconds anyway.
 type rule struct {
 	limit  int64 // units admitted per window (the token bucket's refill per window)
 	burst  int64 // token bucket capacity; equal to limit for the windows
-	window int64 // µs, >= 1000
+	window int64 // ms, >= 1
 }
 
-// maxLimitWindow bounds limit*window (and burst*window, window in µs) so that
-// every product the step functions form (at most about 3*limit*window) fits
-// an int64: 100,000 a day or 1,000,000 per 13 days are within it.
-const maxLimitWindow = 1 << 60
+// maxLimitWindow bounds limit*window (and burst*window, window in ms) so that
+// every product the step functions form (at most about 3*limit*window) is an
+// exact integer in an int64 and in a Lua double (below 2^53): 26 million a
+// day or 868,000 per 30 days are within it.
+const maxLimitWindow = 1 << 51
 
 // maxLimit bounds a limit so that a window's count fits the uint32 slot the
 // in-memory manager keeps it in.
@@ -83,7 +84,7 @@ const (
 	algToken
 )
 
-// Every step function is pure: time comes in as now (µs), state goes in and
+// Every step function is pure: time comes in as now (ms), state goes in and
 // comes out by value, nothing is kept.
 //
 // take decides a request of cost units at now and returns the state to keep:
@@ -110,7 +111,7 @@ func (a algorithm) refund(s state, now int64, r rule, cost int64, d Decision) st
 	return tokenBucket{}.refund(s, now, r, cost, d)
 }
 
-// expiry is the time (µs) from which s holds nothing: a fresh state is
+// expiry is the time (ms) from which s holds nothing: a fresh state is
 // equivalent. It is the latest time the state must be kept.
 func (a algorithm) expiry(s state, r rule) int64 {
 	switch a {
@@ -140,12 +141,17 @@ type backend interface {
 	refund(ctx context.Context, key string, r rule, cost int64, d Decision) error
 }
 
-// micros converts a non-negative span of microseconds to a Duration.
-func micros(us int64) time.Duration {
-	if us <= 0 {
+// millis converts a non-negative span of milliseconds to a Duration.
+func millis(n int64) time.Duration {
+	if n <= 0 {
 		return 0
 	}
-	return time.Duration(us) * time.Microsecond
+	return time.Duration(n) * time.Millisecond
+}
+
+// windowMillis is a window's length in whole milliseconds, rounded up.
+func windowMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // ceilDiv is ceil(a/b) for a >= 0, b > 0.

@@ -14,7 +14,7 @@ func (FixedWindow) New(cfg Config) fiber.Handler {
 	return newHandler(cfg, algFixed)
 }
 
-// fixedWindow is the step function. State: a = window start (µs),
+// fixedWindow is the step function. State: a = window start (ms),
 // b = units counted in that window.
 type fixedWindow struct{}
 
@@ -36,11 +36,11 @@ func (fixedWindow) take(s state, now int64, r rule, cost int64) (state, Decision
 		d.Allowed = true
 		d.countedIn = start
 	default:
-		d.RetryAfter = micros(start + r.window - now)
+		d.RetryAfter = millis(start + r.window - now)
 	}
 	d.Remaining = int(max(0, r.limit-count))
 	if count > 0 {
-		d.ResetAfter = micros(start + r.window - now)
+		d.ResetAfter = millis(start + r.window - now)
 	}
 	return s, d
 }

@@ -63,7 +63,7 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 			panic(fmt.Sprintf("limiter: Burst is %d but only TokenBucket uses it; remove it or use TokenBucket{}", cfg.Burst))
 		}
 	}
-	window := cfg.Expiration.Microseconds()
+	window := windowMillis(cfg.Expiration)
 	h := &handler{
 		next:           cfg.Next,
 		maxFunc:        cfg.MaxFunc,
@@ -97,7 +97,7 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 		h.backend = newRedisBackend(conn, alg, cfg.KeyPrefix, clock)
 	} else {
 		if clock == nil {
-			clock = wallMicros
+			clock = wallMillis
 		}
 		h.backend = newStorageBackend(cfg.Storage, alg, cfg.KeyPrefix, clock)
 	}
@@ -178,5 +178,5 @@ func responseStatus(c *fiber.Ctx, err error) int {
 	return fiber.StatusInternalServerError
 }
 
-// wallMicros is Unix time in µs, for state shared through a store.
-func wallMicros() int64 { return time.Now().UnixMicro() }
+// wallMillis is Unix time in ms, for state shared through a store.
+func wallMillis() int64 { return time.Now().UnixMilli() }

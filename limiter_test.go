@@ -16,16 +16,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// testClock is a settable clock in µs.
+// testClock is a settable clock in ms.
 type testClock struct{ now atomic.Int64 }
 
-func (c *testClock) micros() int64           { return c.now.Load() }
-func (c *testClock) advance(d time.Duration) { c.now.Add(d.Microseconds()) }
+func (c *testClock) millis() int64           { return c.now.Load() }
+func (c *testClock) advance(d time.Duration) { c.now.Add(d.Milliseconds()) }
 
 // newApp serves GET /* with the limiter in front of ok, on a test clock.
 func newApp(cfg Config, clock *testClock, final fiber.Handler) *fiber.App {
 	if clock != nil {
-		cfg.clock = clock.micros
+		cfg.clock = clock.millis
 	}
 	if final == nil {
 		final = func(c *fiber.Ctx) error { return c.SendString("ok") }

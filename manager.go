@@ -45,7 +45,7 @@ const (
 
 type manager struct {
 	alg    algorithm
-	clock  func() int64 // tests only; nil: the request's time, see now
+	clock  func() int64 // tests only, in ms; nil: the request's time, see now
 	origin time.Time
 	seed   maphash.Seed
 	rotor  atomic.Uint32
@@ -61,7 +61,7 @@ type entry struct {
 	hash uint32
 	c    uint32
 	a, b int64
-	exp  int64 // µs; from then on the state is empty
+	exp  int64 // ms; from then on the state is empty
 }
 
 type shard struct {
@@ -104,7 +104,7 @@ func storedKey(key string, buf *[sha256.Size]byte) (string, uint32) {
 // from the monotonic clock just before the handler ran.
 type requestTimer interface{ Time() time.Time }
 
-// now is the manager's time in µs since it was made, on the monotonic clock.
+// now is the manager's time in ms since it was made, on the monotonic clock.
 // A request's own start time serves when there is one, which spares a clock
 // read (about 90 ns on some virtual machines) on every request. Requests
 // handled at once on several connections may so reach a key slightly out of
@@ -115,10 +115,10 @@ func (m *manager) now(ctx context.Context) int64 {
 	}
 	if rt, ok := ctx.(requestTimer); ok {
 		if t := rt.Time(); !t.IsZero() {
-			return int64(t.Sub(m.origin) / time.Microsecond)
+			return int64(t.Sub(m.origin) / time.Millisecond)
 		}
 	}
-	return int64(time.Since(m.origin) / time.Microsecond)
+	return int64(time.Since(m.origin) / time.Millisecond)
 }
 
 func (m *manager) shardFor(key string) (*shard, uint64) {

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var minute = int64(time.Minute / time.Microsecond)
+var minute = int64(time.Minute / time.Millisecond)
 
 // checkIndex asserts the shard invariants: every entry is found by its own
 // key through the index, and the index holds nothing else.
@@ -40,14 +40,14 @@ func TestManagerMatchesReferenceModel(t *testing.T) {
 		t.Run(alg.name(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			var clock testClock
-			m := newManager(alg, 1<<20, clock.micros)
+			m := newManager(alg, 1<<20, clock.millis)
 			ref := map[string]state{}
-			r := rule{limit: 5, burst: 5, window: 100 * ms}
+			r := rule{limit: 5, burst: 5, window: 10_000 * ms}
 			for i := range 200_000 {
-				clock.advance(time.Duration(rng.IntN(40)) * time.Microsecond)
+				clock.advance(time.Duration(rng.IntN(3)) * time.Millisecond)
 				key := "k" + strconv.Itoa(rng.IntN(3000))
 				cost := int64(rng.IntN(3))
-				now := clock.micros()
+				now := clock.millis()
 				st := ref[key]
 				if alg.expiry(st, r) <= now {
 					st = state{}
@@ -67,7 +67,7 @@ func TestManagerMatchesReferenceModel(t *testing.T) {
 
 func TestManagerReclaimsExpiredKeys(t *testing.T) {
 	var clock testClock
-	m := newManager(algFixed, 1<<20, clock.micros)
+	m := newManager(algFixed, 1<<20, clock.millis)
 	r := rule{limit: 10, burst: 10, window: minute}
 	for i := range 20_000 {
 		_, _ = m.take(context.Background(), "key-"+strconv.Itoa(i), r, 1)
@@ -92,7 +92,7 @@ func TestManagerReclaimsExpiredKeys(t *testing.T) {
 func TestManagerCapBoundsKeys(t *testing.T) {
 	var clock testClock
 	const maxKeys = 4 * shardCount
-	m := newManager(algToken, maxKeys, clock.micros)
+	m := newManager(algToken, maxKeys, clock.millis)
 	r := rule{limit: 1, burst: 1, window: minute}
 	for i := range 50_000 {
 		d, err := m.take(context.Background(), "flood-"+strconv.Itoa(i), r, 1)
@@ -117,7 +117,7 @@ func TestManagerHostileKeys(t *testing.T) {
 		long, long[:len(long)-1] + "y", string(make([]byte, 32)),
 	}
 	var clock testClock
-	m := newManager(algFixed, 1<<20, clock.micros)
+	m := newManager(algFixed, 1<<20, clock.millis)
 	r := rule{limit: 2, burst: 2, window: minute}
 	for round := range 3 {
 		for _, k := range keys {
@@ -133,7 +133,7 @@ func TestManagerHostileKeys(t *testing.T) {
 
 func TestManagerRefundAfterExpiryIsIgnored(t *testing.T) {
 	var clock testClock
-	m := newManager(algFixed, 1<<20, clock.micros)
+	m := newManager(algFixed, 1<<20, clock.millis)
 	r := rule{limit: 1, burst: 1, window: minute}
 	d, _ := m.take(context.Background(), "k", r, 1)
 	clock.advance(2 * time.Minute)

@@ -28,7 +28,7 @@ func newRedisBackend(storage redisConn, alg algorithm, prefix string, clock func
 	if !ok || clock != nil {
 		var opts []redis.Option
 		if clock != nil {
-			opts = append(opts, redis.WithClock(func() time.Time { return time.UnixMicro(clock()) }))
+			opts = append(opts, redis.WithClock(func() time.Time { return time.UnixMilli(clock()) }))
 		}
 		store = redis.New(storage.Conn(), opts...)
 	}
@@ -37,7 +37,7 @@ func newRedisBackend(storage redisConn, alg algorithm, prefix string, clock func
 }
 
 func (b *redisBackend) rule(r rule) redis.Rule {
-	return redis.Rule{Algorithm: b.alg, Limit: r.limit, Burst: r.burst, Window: time.Duration(r.window) * time.Microsecond}
+	return redis.Rule{Algorithm: b.alg, Limit: r.limit, Burst: r.burst, Window: time.Duration(r.window) * time.Millisecond}
 }
 
 func (b *redisBackend) take(ctx context.Context, key string, r rule, cost int64) (Decision, error) {

@@ -128,22 +128,28 @@ func TestRedisCluster(t *testing.T) {
 }
 
 // A random trace of (time, key, cost, refund) gives the same decisions from
-// the in-memory manager and from Redis, with the client clock.
+// the in-memory manager and from Redis, with the client clock, for every
+// algorithm.
 func TestRedisMatchesMemory(t *testing.T) {
 	server := redistest.Start(t)
 	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
 		t.Run(alg.name(), func(t *testing.T) {
 			var clock testClock
 			clock.advance(time.Duration(rand.Int64N(int64(time.Hour))))
-			mem := newManager(alg, 1<<20, clock.micros)
-			red := newRedisBackend(redis.New(server.Client(t)), alg, "diff:", clock.micros)
+			mem := newManager(alg, 1<<20, clock.millis)
+			red := newRedisBackend(redis.New(server.Client(t)), alg, "diff:", clock.millis)
 			rng := rand.New(rand.NewPCG(3, uint64(alg)))
 			last := map[string]Decision{}
 			ctx := context.Background()
 			for i := range 4000 {
-				clock.advance(time.Duration(rng.IntN(30_000)) * time.Microsecond)
-				key := "k" + strconv.Itoa(rng.IntN(12))
-				r := rule{limit: int64(3 + rng.IntN(4)), window: 100 * ms}
+				clock.advance(time.Duration(rng.IntN(30)) * time.Millisecond)
+				k := rng.IntN(12)
+				key := "k" + strconv.Itoa(k)
+				// Each key keeps its rule: a state is read with the rule it
+				// was written under (a changed limit may be seen differently
+				// by a state the manager has dropped and a key Redis still
+				// holds until its TTL).
+				r := rule{limit: int64(3 + k%4), window: 100 * ms}
 				r.burst = r.limit
 				if alg == algToken {
 					r.burst = 6
@@ -264,7 +270,7 @@ func TestRedisKeysHaveTTL(t *testing.T) {
 func TestRedisClockSkew(t *testing.T) {
 	server := redistest.Start(t)
 	skewed := func(offset time.Duration) func() int64 {
-		return func() int64 { return time.Now().Add(offset).UnixMicro() }
+		return func() int64 { return time.Now().Add(offset).UnixMilli() }
 	}
 	run := func(clocks []func() int64, key string) int {
 		var replicas []fasthttp.RequestHandler

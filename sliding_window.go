@@ -19,12 +19,12 @@ func (SlidingWindow) New(cfg Config) fiber.Handler {
 	return newHandler(cfg, algSliding)
 }
 
-// slidingWindow is the step function. State: a = current window's start (µs),
+// slidingWindow is the step function. State: a = current window's start (ms),
 // b = units counted in it, c = units counted in the window before.
 //
 // All arithmetic is on integers scaled by the window length W, so the Go and
 // Lua twins agree to the unit: the estimate times W is
-// prev*(W-elapsed) + cur*W, and limit*W <= 2^60 keeps it within an int64.
+// prev*(W-elapsed) + cur*W, and limit*W <= 2^51 keeps it exact.
 type slidingWindow struct{}
 
 // roll brings the state's windows forward to now and returns start, current
@@ -65,19 +65,19 @@ func (w slidingWindow) take(s state, now int64, r rule, cost int64) (state, Deci
 		d.Allowed = true
 		d.countedIn = start
 	default:
-		d.RetryAfter = micros(w.retryAfter(elapsed, cur, prev, r, cost))
+		d.RetryAfter = millis(w.retryAfter(elapsed, cur, prev, r, cost))
 	}
 	d.Remaining = int(min(r.limit, max(0, r.limit-cur-ceilDiv(weighted, r.window))))
 	switch {
 	case cur > 0:
-		d.ResetAfter = micros(start + 2*r.window - now)
+		d.ResetAfter = millis(start + 2*r.window - now)
 	case prev > 0:
-		d.ResetAfter = micros(start + r.window - now)
+		d.ResetAfter = millis(start + r.window - now)
 	}
 	return s, d
 }
 
-// retryAfter is the time (µs) from elapsed until a request of cost would be
+// retryAfter is the time (ms) from elapsed until a request of cost would be
 // admitted, given that it is not admitted now and cost <= limit.
 func (slidingWindow) retryAfter(elapsed, cur, prev int64, r rule, cost int64) int64 {
 	W := r.window

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const ms = int64(time.Millisecond / time.Microsecond)
+const ms = int64(1) // the step functions count milliseconds
 
-// stepCase is one call of a step function at a time (µs) and what it must
+// stepCase is one call of a step function at a time (ms) and what it must
 // decide. refund credits back the cost of the last admitted take instead.
 type stepCase struct {
 	at     int64
@@ -49,7 +49,7 @@ func runSteps(t *testing.T, alg algorithm, r rule, steps []stepCase) {
 			last, lastCost = d, st.cost
 		}
 		d.countedIn = 0
-		require.Equal(t, st.want, d, "step %d at %dµs cost %d", i, st.at, st.cost)
+		require.Equal(t, st.want, d, "step %d at %dms cost %d", i, st.at, st.cost)
 		require.GreaterOrEqual(t, d.ResetAfter, time.Duration(0))
 		if d.RetryAfter != InfDuration && !d.Allowed {
 			require.GreaterOrEqual(t, d.ResetAfter, d.RetryAfter, "step %d: ResetAfter < RetryAfter", i)
@@ -57,7 +57,8 @@ func runSteps(t *testing.T, alg algorithm, r rule, steps []stepCase) {
 	}
 }
 
-func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
+// tick is n of the step functions' time units.
+func tick(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
 func TestFixedWindowSteps(t *testing.T) {
 	sec := 1000 * ms
@@ -69,8 +70,8 @@ func TestFixedWindowSteps(t *testing.T) {
 		{"counts to the limit and resets at the window's end", []stepCase{
 			{at: 0, cost: 1, want: allow(3, 2, time.Second)},
 			{at: 500 * ms, cost: 1, want: allow(3, 1, 500*time.Millisecond)},
-			{at: sec - 1, cost: 1, want: allow(3, 0, us(1))},
-			{at: sec - 1, cost: 1, want: deny(3, 0, us(1), us(1))},
+			{at: sec - 1, cost: 1, want: allow(3, 0, tick(1))},
+			{at: sec - 1, cost: 1, want: deny(3, 0, tick(1), tick(1))},
 			{at: sec, cost: 1, want: allow(3, 2, time.Second)},
 		}},
 		{"window starts at the first counted hit", []stepCase{
@@ -107,12 +108,12 @@ func TestFixedWindowSteps(t *testing.T) {
 		{"refund after the window ended changes nothing", []stepCase{
 			{at: 0, cost: 3, want: allow(3, 0, time.Second)},
 			{at: sec, cost: 3, want: allow(3, 0, time.Second)},
-			{at: sec + 1, cost: 1, want: deny(3, 0, time.Second-us(1), time.Second-us(1))},
+			{at: sec + 1, cost: 1, want: deny(3, 0, time.Second-tick(1), time.Second-tick(1))},
 		}},
 		{"a lower per-request limit (MaxFunc) never shows negative remaining", []stepCase{
 			{at: 0, cost: 3, want: allow(3, 0, time.Second)},
-			{at: 1, cost: 1, limit: 2, want: deny(2, 0, time.Second-us(1), time.Second-us(1))},
-			{at: 2, cost: 1, limit: 10, want: allow(10, 6, time.Second-us(2))},
+			{at: 1, cost: 1, limit: 2, want: deny(2, 0, time.Second-tick(1), time.Second-tick(1))},
+			{at: 2, cost: 1, limit: 10, want: allow(10, 6, time.Second-tick(2))},
 		}},
 	}
 	for _, tt := range tests {
@@ -142,7 +143,7 @@ func TestSlidingWindowSteps(t *testing.T) {
 			{at: 0, cost: 10, want: allow(10, 0, 2*time.Second)},
 			// cur 10, next window at 1s: at e after it, 10*(1-e) + 1 <= 10 from e = 0.1s.
 			{at: 500 * ms, cost: 1, want: deny(10, 0, 1500*time.Millisecond, 600*time.Millisecond)},
-			{at: 1100*ms - 1, cost: 1, want: deny(10, 0, 900*time.Millisecond+us(1), us(1))},
+			{at: 1100*ms - 1, cost: 1, want: deny(10, 0, 900*time.Millisecond+tick(1), tick(1))},
 			{at: 1100 * ms, cost: 1, want: allow(10, 0, 1900*time.Millisecond)},
 			// 10*0.5 + 1 = 6 counted: 4 left, take 1.
 			{at: 1500 * ms, cost: 1, want: allow(10, 3, 1500*time.Millisecond)},
@@ -188,7 +189,7 @@ func TestTokenBucketSteps(t *testing.T) {
 		{"burst, then refill at the rate", []stepCase{
 			{at: 0, cost: 5, want: allow(5, 0, 500*time.Millisecond)},
 			{at: 0, cost: 1, want: deny(5, 0, 500*time.Millisecond, 100*time.Millisecond)},
-			{at: 100*ms - 1, cost: 1, want: deny(5, 0, 400*time.Millisecond+us(1), us(1))},
+			{at: 100*ms - 1, cost: 1, want: deny(5, 0, 400*time.Millisecond+tick(1), tick(1))},
 			{at: 100 * ms, cost: 1, want: allow(5, 0, 500*time.Millisecond)},
 			{at: 350 * ms, cost: 2, want: allow(5, 0, 450*time.Millisecond)},
 			{at: 350 * ms, cost: 1, want: deny(5, 0, 450*time.Millisecond, 50*time.Millisecond)},

@@ -76,7 +76,7 @@ func (b *storageBackend) modify(key string, r rule, step func(s state, now int64
 	// Stores differ in TTL resolution (Fiber's memory storage counts whole
 	// seconds, rounding down). The state carries its own times, so keeping it
 	// up to a second longer than needed changes nothing; losing it early would.
-	ttl := time.Duration(ceilSeconds(micros(exp-now))+1) * time.Second
+	ttl := time.Duration(ceilSeconds(millis(exp-now))+1) * time.Second
 	if err := b.store.Set(skey, encodeState(s, exp), ttl); err != nil {
 		return fmt.Errorf("limiter: set %q: %w", skey, err)
 	}

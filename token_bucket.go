@@ -16,10 +16,10 @@ func (TokenBucket) New(cfg Config) fiber.Handler {
 }
 
 // tokenBucket is the step function, a GCRA in integer form. State: a = time
-// of the last update (µs), b = the bucket's debt (tokens taken and not yet
-// refilled) in units of 1/W token, where W is the window in µs. In those
+// of the last update (ms), b = the bucket's debt (tokens taken and not yet
+// refilled) in units of 1/W token, where W is the window in ms. In those
 // units a token is W, the capacity is burst*W, and the bucket refills limit
-// units per µs, so every step is exact integer arithmetic: burst*W <= 2^60.
+// units per ms, so every step is exact integer arithmetic: burst*W <= 2^51.
 type tokenBucket struct{}
 
 // debtAt is the debt left at now after refilling since the last update.
@@ -46,10 +46,10 @@ func (b tokenBucket) take(s state, now int64, r rule, cost int64) (state, Decisi
 		s.a, s.b = max(now, s.a), debt // time never goes back for a key
 		d.Allowed = true
 	default:
-		d.RetryAfter = micros(ceilDiv(debt+cost*r.window-capacity, r.limit))
+		d.RetryAfter = millis(ceilDiv(debt+cost*r.window-capacity, r.limit))
 	}
 	d.Remaining = int(max(0, r.burst-ceilDiv(debt, r.window)))
-	d.ResetAfter = micros(ceilDiv(debt, r.limit))
+	d.ResetAfter = millis(ceilDiv(debt, r.limit))
 	return s, d
 }
 

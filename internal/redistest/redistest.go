@@ -84,6 +84,7 @@ func (s *Server) start(bin string) {
 	s.t.Helper()
 	s.cmd = exec.Command(bin, s.args...)
 	s.cmd.Dir = s.dir
+	dieWithParent(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
 	}

@@ -1,14 +1,16 @@
--- Fixed window, the twin of fixed_window.go. State: window start, count.
-
-local function expiry(start, count)
-  if count == 0 then
-    return 0
+-- Fixed window, the twin of fixed_window.go. State: a = window start,
+-- b = units counted in it.
+local start, count = a, b
+if refund then
+  if count > 0 and start == counted_in and now < start + window then
+    b = math.max(0, count - cost)
+    exp = 0
+    if b > 0 then
+      exp = start + window
+    end
   end
-  return start + window
-end
-
-local function take()
-  local start, count = load()
+  result = {1}
+else
   if count > 0 and now < start then
     now = start -- time never goes back for a key
   end
@@ -22,7 +24,7 @@ local function take()
     count = count + cost
     allowed, counted = 1, start
     if count > 0 then
-      save(start, count, 0, expiry(start, count))
+      a, b, exp = start, count, start + window
     end
   else
     retry = start + window - now
@@ -31,14 +33,5 @@ local function take()
   if count > 0 then
     reset = start + window - now
   end
-  return {allowed, limit, math.max(0, limit - count), reset, retry, counted}
-end
-
-local function refund()
-  local start, count = load()
-  if count > 0 and start == counted_in and now < start + window then
-    count = math.max(0, count - cost)
-    save(start, count, 0, expiry(start, count))
-  end
-  return {1}
+  result = {allowed, limit, math.max(0, limit - count), reset, retry, counted}
 end

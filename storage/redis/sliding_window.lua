@@ -1,12 +1,8 @@
--- Sliding window, the twin of sliding_window.go. State: current window's
--- start, its count, the previous window's count. The estimate times the
--- window is prev * (window - elapsed) + cur * window.
-
-local function roll()
-  local start, cur, prev = load()
-  if now < start then
-    return start, cur, prev -- time never goes back for a key
-  end
+-- Sliding window, the twin of sliding_window.go. State: a = current
+-- window's start, b = its count, c = the previous window's count. The
+-- estimate times the window is prev * (window - elapsed) + cur * window.
+local start, cur, prev = a, b, c
+if now >= start then -- time never goes back for a key
   if now >= start + window then
     local n = idiv(now - start, window)
     if n == 1 then
@@ -20,37 +16,27 @@ local function roll()
   if cur == 0 and prev == 0 then
     start = now
   end
-  return start, cur, prev
 end
 
-local function expiry(start, cur, prev)
-  if cur > 0 then
-    return start + 2 * window
-  elseif prev > 0 then
-    return start + window
+if refund then
+  local credited = true
+  if counted_in == start then
+    cur = math.max(0, cur - cost)
+  elseif counted_in == start - window then
+    prev = math.max(0, prev - cost)
+  else
+    credited = false
   end
-  return 0
-end
-
--- retry_after is the time from elapsed until a request of cost would be
--- admitted, given that it is not admitted now and cost <= limit.
-local function retry_after(elapsed, cur, prev)
-  local room = (limit - cur - cost) * window
-  if room >= 0 and prev > 0 then
-    local t = window - elapsed - idiv(room, prev)
-    if t < window - elapsed then
-      return t
+  if credited then
+    a, b, c, exp = start, cur, prev, 0
+    if cur > 0 then
+      exp = start + 2 * window
+    elseif prev > 0 then
+      exp = start + window
     end
   end
-  local e = 0
-  if cur > 0 then
-    e = math.max(0, window - idiv((limit - cost) * window, cur))
-  end
-  return window - elapsed + e
-end
-
-local function take()
-  local start, cur, prev = roll()
+  result = {1}
+else
   if now < start then
     now = start
   end
@@ -62,32 +48,33 @@ local function take()
   elseif weighted + (cur + cost) * window <= limit * window then
     cur = cur + cost
     allowed, counted = 1, start
-    local exp = expiry(start, cur, prev)
-    if exp > 0 then
-      save(start, cur, prev, exp)
+    if cur > 0 then
+      a, b, c, exp = start, cur, prev, start + 2 * window
+    elseif prev > 0 then
+      a, b, c, exp = start, cur, prev, start + window
     end
   else
-    retry = retry_after(elapsed, cur, prev)
+    -- Still in this window: need prev * (window - elapsed - t) <= room.
+    local room = (limit - cur - cost) * window
+    if room >= 0 and prev > 0 then
+      retry = window - elapsed - idiv(room, prev)
+    end
+    if retry <= 0 or retry >= window - elapsed then
+      -- In the next window, e after its start, cur has become the previous
+      -- count: need cur * (window - e) <= (limit - cost) * window.
+      local e = 0
+      if cur > 0 then
+        e = math.max(0, window - idiv((limit - cost) * window, cur))
+      end
+      retry = window - elapsed + e
+    end
   end
-  local remaining = math.min(limit, math.max(0, limit - cur - cdiv(weighted, window)))
   local reset = 0
   if cur > 0 then
     reset = start + 2 * window - now
   elseif prev > 0 then
     reset = start + window - now
   end
-  return {allowed, limit, remaining, reset, retry, counted}
-end
-
-local function refund()
-  local start, cur, prev = roll()
-  if counted_in == start then
-    cur = math.max(0, cur - cost)
-  elseif counted_in == start - window then
-    prev = math.max(0, prev - cost)
-  else
-    return {0}
-  end
-  save(start, cur, prev, expiry(start, cur, prev))
-  return {1}
+  local remaining = math.min(limit, math.max(0, limit - cur - idiv(weighted + window - 1, window)))
+  result = {allowed, limit, remaining, reset, retry, counted}
 end

@@ -5,11 +5,12 @@
 // and usable on its own over any redis.UniversalClient of go-redis v9.
 //
 // Each algorithm is a Lua script (fixed_window.lua, sliding_window.lua,
-// token_bucket.lua, each after common.lua) run with EVALSHA, falling back to
+// token_bucket.lua, each between head.lua and tail.lua) run with EVALSHA, falling back to
 // EVAL when the server does not have it (after a restart or SCRIPT FLUSH).
 // Time comes from the server's TIME unless WithClock is given, so processes
-// with skewed clocks agree. Every write sets a TTL of exactly the time the
-// state still matters; nothing is stored without one. Redis 6 or later.
+// with skewed clocks agree; time is kept in milliseconds. Every write sets a
+// TTL of exactly the time the state still matters; nothing is stored
+// without one. Redis 6 or later.
 package redis
 
 import (
@@ -23,8 +24,10 @@ import (
 )
 
 var (
-	//go:embed common.lua
-	commonLua string
+	//go:embed head.lua
+	headLua string
+	//go:embed tail.lua
+	tailLua string
 	//go:embed fixed_window.lua
 	fixedWindowLua string
 	//go:embed sliding_window.lua
@@ -33,18 +36,10 @@ var (
 	tokenBucketLua string
 )
 
-// dispatch ends every script: ARGV[7] says take or refund.
-const dispatch = `
-if mode == 'refund' then
-  return refund()
-end
-return take()
-`
-
 var scripts = [...]*redis.Script{
-	FixedWindow:   redis.NewScript(commonLua + fixedWindowLua + dispatch),
-	SlidingWindow: redis.NewScript(commonLua + slidingWindowLua + dispatch),
-	TokenBucket:   redis.NewScript(commonLua + tokenBucketLua + dispatch),
+	FixedWindow:   redis.NewScript(headLua + fixedWindowLua + tailLua),
+	SlidingWindow: redis.NewScript(headLua + slidingWindowLua + tailLua),
+	TokenBucket:   redis.NewScript(headLua + tokenBucketLua + tailLua),
 }
 
 // Store decides rate limits in Redis. It is safe for concurrent use.
@@ -56,10 +51,10 @@ type Store struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock makes the Store send its own time with each call instead of
-// letting Redis read its clock: for tests, and for deployments that trust
-// their hosts' clocks more than the server's. Processes sharing keys must
-// then have synchronized clocks.
+// WithClock makes the Store send its own time (whole milliseconds, not
+// before 1970) with each call instead of letting Redis read its clock: for
+// tests, and for deployments that trust their hosts' clocks more than the
+// server's. Processes sharing keys must then have synchronized clocks.
 func WithClock(now func() time.Time) Option {
 	return func(s *Store) { s.clock = now }
 }
@@ -77,49 +72,44 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 // Conn returns the client the Store uses.
 func (s *Store) Conn() redis.UniversalClient { return s.client }
 
-// maxExact bounds limit*window in the scripts' time unit: every integer the
-// scripts form is at most about 3*limit*window, and must stay below 2^53.
+// maxExact bounds limit*window (window in ms): every integer the scripts
+// form is at most about 3*limit*window, and must stay below 2^53, where Lua
+// doubles are exact.
 const maxExact = 1 << 51
 
-// units returns the time unit (µs) for rule: microseconds where the
-// arithmetic stays exact in a Lua double, else milliseconds. The window in
-// that unit is rounded up.
-func units(rule Rule, burst int64) (unit, window int64) {
-	unit, window = 1, rule.Window.Microseconds()
-	if big := max(rule.Limit, burst); big > 0 && window > maxExact/big {
-		unit, window = 1000, (window+999)/1000
-	}
-	return unit, window
-}
-
-func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, mode string, countedIn int64) ([]interface{}, int64, error) {
+func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, mode string, countedIn int64) ([]interface{}, error) {
 	if rule.Algorithm < FixedWindow || rule.Algorithm > TokenBucket {
-		return nil, 0, fmt.Errorf("limiter: redis: unknown algorithm %d", rule.Algorithm)
-	}
-	if rule.Limit <= 0 || rule.Window < time.Millisecond {
-		return nil, 0, fmt.Errorf("limiter: redis: rule needs Limit > 0 and Window >= 1ms, got %d per %v", rule.Limit, rule.Window)
+		return nil, fmt.Errorf("limiter: redis: unknown algorithm %d", rule.Algorithm)
 	}
 	burst := rule.Burst
 	if burst <= 0 || rule.Algorithm != TokenBucket {
 		burst = rule.Limit
 	}
-	unit, window := units(rule, burst)
+	window := int64((rule.Window + time.Millisecond - 1) / time.Millisecond)
+	switch {
+	case rule.Limit <= 0 || rule.Window < time.Millisecond:
+		return nil, fmt.Errorf("limiter: redis: rule needs Limit > 0 and Window >= 1ms, got %d per %v", rule.Limit, rule.Window)
+	case max(rule.Limit, burst) > maxExact/window:
+		return nil, fmt.Errorf("limiter: redis: limit %d per %v is too large: limit × window in ms must be at most 2^51", max(rule.Limit, burst), rule.Window)
+	case cost < 0:
+		return nil, fmt.Errorf("limiter: redis: cost %d is negative", cost)
+	}
 	now := int64(-1) // the server's TIME
 	if s.clock != nil {
-		now = s.clock().UnixMicro() / unit
+		now = max(0, s.clock().UnixMilli())
 	}
 	res, err := scripts[rule.Algorithm].Run(ctx, s.client, []string{key},
-		rule.Limit, burst, window, cost, now, unit, mode, countedIn).Slice()
+		rule.Limit, burst, window, cost, now, mode, countedIn).Slice()
 	if err != nil {
-		return nil, unit, fmt.Errorf("limiter: redis %s %q: %w", mode, key, err)
+		return nil, fmt.Errorf("limiter: redis %s %q: %w", mode, key, err)
 	}
-	return res, unit, nil
+	return res, nil
 }
 
 // Take decides a request of cost units for key under rule, and counts it if
 // it is admitted, in one round trip.
 func (s *Store) Take(ctx context.Context, key string, rule Rule, cost int64) (Result, error) {
-	res, unit, err := s.run(ctx, key, rule, cost, "take", 0)
+	res, err := s.run(ctx, key, rule, cost, "take", 0)
 	if err != nil {
 		return Result{}, err
 	}
@@ -138,8 +128,8 @@ func (s *Store) Take(ctx context.Context, key string, rule Rule, cost int64) (Re
 		Allowed:    v[0] == 1,
 		Limit:      v[1],
 		Remaining:  v[2],
-		ResetAfter: span(v[3], unit),
-		RetryAfter: span(v[4], unit),
+		ResetAfter: span(v[3]),
+		RetryAfter: span(v[4]),
 		CountedIn:  v[5],
 	}
 	if v[4] < 0 {
@@ -152,13 +142,14 @@ func (s *Store) Take(ctx context.Context, key string, rule Rule, cost int64) (Re
 // window that countedIn (from its Result) names, if that window still
 // counts. One round trip.
 func (s *Store) Refund(ctx context.Context, key string, rule Rule, cost int64, countedIn int64) error {
-	_, _, err := s.run(ctx, key, rule, cost, "refund", countedIn)
+	_, err := s.run(ctx, key, rule, cost, "refund", countedIn)
 	return err
 }
 
-func span(n, unit int64) time.Duration {
-	if n <= 0 {
+// span converts the scripts' milliseconds to a Duration.
+func span(ms int64) time.Duration {
+	if ms <= 0 {
 		return 0
 	}
-	return time.Duration(n*unit) * time.Microsecond
+	return time.Duration(ms) * time.Millisecond
 }

@@ -1,46 +1,39 @@
 -- Token bucket as a GCRA in integers, the twin of token_bucket.go. State:
--- time of the last update, the bucket's debt in units of 1/window token.
-
-local function debt_at(last, debt)
-  local elapsed = now - last
-  if elapsed <= 0 then
-    return debt
+-- a = time of the last update, b = the bucket's debt in units of 1/window
+-- token (a token is `window` units; the bucket refills `limit` units a ms).
+local last, debt = a, b
+local elapsed = now - last
+if elapsed > 0 then
+  if elapsed >= idiv(debt + limit - 1, limit) then
+    debt = 0
+  else
+    debt = debt - elapsed * limit
   end
-  if elapsed >= cdiv(debt, limit) then
-    return 0
-  end
-  return debt - elapsed * limit
 end
+last = math.max(now, last) -- time never goes back for a key
 
-local function expiry(last, debt)
-  if debt == 0 then
-    return 0
+if refund then
+  a, b = last, math.max(0, debt - cost * window)
+  exp = last + idiv(b + limit - 1, limit)
+  if b == 0 then
+    exp = 0
   end
-  return last + cdiv(debt, limit)
-end
-
-local function take()
-  local last, debt = load()
-  debt = debt_at(last, debt)
+  result = {1}
+else
   local capacity = burst * window
   local allowed, retry = 0, 0
   if cost > burst then
     retry = -1
   elseif debt + cost * window <= capacity then
     debt = debt + cost * window
-    last = math.max(now, last) -- time never goes back for a key
     allowed = 1
-    save(last, debt, 0, expiry(last, debt))
+    a, b = last, debt
+    exp = last + idiv(debt + limit - 1, limit)
+    if debt == 0 then
+      exp = 0
+    end
   else
-    retry = cdiv(debt + cost * window - capacity, limit)
+    retry = idiv(debt + cost * window - capacity + limit - 1, limit)
   end
-  return {allowed, burst, math.max(0, burst - cdiv(debt, window)), cdiv(debt, limit), retry, 0}
-end
-
-local function refund()
-  local last, debt = load()
-  debt = math.max(0, debt_at(last, debt) - cost * window)
-  last = math.max(now, last)
-  save(last, debt, 0, expiry(last, debt))
-  return {1}
+  result = {allowed, burst, math.max(0, burst - idiv(debt + window - 1, window)), idiv(debt + limit - 1, limit), retry, 0}
 end
