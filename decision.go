@@ -141,17 +141,25 @@ type backend interface {
 	refund(ctx context.Context, key string, r rule, cost int64, d Decision) error
 }
 
-// millis converts a non-negative span of milliseconds to a Duration.
+// millis converts a span of milliseconds to a Duration: 0 when negative,
+// and saturating below InfDuration (about 292 years) when too long.
 func millis(n int64) time.Duration {
-	if n <= 0 {
+	switch {
+	case n <= 0:
 		return 0
+	case n >= int64(InfDuration/time.Millisecond):
+		return InfDuration - 1
 	}
 	return time.Duration(n) * time.Millisecond
 }
 
 // windowMillis is a window's length in whole milliseconds, rounded up.
 func windowMillis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
+	n := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		n++
+	}
+	return n
 }
 
 // ceilDiv is ceil(a/b) for a >= 0, b > 0.

@@ -44,5 +44,9 @@ func (w headerWriter) write(c *fiber.Ctx, d Decision) {
 
 // ceilSeconds rounds a non-negative duration up to whole seconds.
 func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
+	n := int64(d / time.Second)
+	if d%time.Second != 0 {
+		n++
+	}
+	return n
 }

@@ -247,3 +247,14 @@ func TestSteadyClientAboveLimitRecovers(t *testing.T) {
 		})
 	}
 }
+
+// Windows of centuries neither overflow nor go negative.
+func TestHugeWindowsSaturate(t *testing.T) {
+	r := rule{limit: 1, burst: 1, window: windowMillis(time.Duration(1<<63 - 1))}
+	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
+		_, d := alg.take(state{}, 1, r, 1)
+		require.True(t, d.Allowed, alg.name())
+		require.Equal(t, InfDuration-1, d.ResetAfter, alg.name())
+		require.Equal(t, int64(9223372037), ceilSeconds(d.ResetAfter), alg.name())
+	}
+}

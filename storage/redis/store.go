@@ -85,7 +85,10 @@ func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, mode
 	if burst <= 0 || rule.Algorithm != TokenBucket {
 		burst = rule.Limit
 	}
-	window := int64((rule.Window + time.Millisecond - 1) / time.Millisecond)
+	window := int64(rule.Window / time.Millisecond) // rounded up, without overflow
+	if rule.Window%time.Millisecond != 0 {
+		window++
+	}
 	switch {
 	case rule.Limit <= 0 || rule.Window < time.Millisecond:
 		return nil, fmt.Errorf("limiter: redis: rule needs Limit > 0 and Window >= 1ms, got %d per %v", rule.Limit, rule.Window)
@@ -146,10 +149,14 @@ func (s *Store) Refund(ctx context.Context, key string, rule Rule, cost int64, c
 	return err
 }
 
-// span converts the scripts' milliseconds to a Duration.
+// span converts the scripts' milliseconds to a Duration, saturating just
+// below Never (about 292 years).
 func span(ms int64) time.Duration {
-	if ms <= 0 {
+	switch {
+	case ms <= 0:
 		return 0
+	case ms >= int64(Never/time.Millisecond):
+		return Never - 1
 	}
 	return time.Duration(ms) * time.Millisecond
 }
