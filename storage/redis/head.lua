@@ -45,17 +45,25 @@ end
 local a, b, c = 0, 0, 0
 local stored = redis.call('GET', key)
 if stored then
-  local bytes, vals, n, mul = {string.byte(stored, 1, -1)}, {}, 0, 1
+  local bytes, k, n, mul = {string.byte(stored, 1, -1)}, 0, 0, 1
   for i = 1, #bytes do
     local byte = bytes[i]
     if byte >= 128 then
       n, mul = n + (byte - 128) * mul, mul * 128
     else
-      vals[#vals + 1], n, mul = n + byte * mul, 0, 1
+      n, k = n + byte * mul, k + 1
+      if k == 1 then
+        a = n
+      elseif k == 2 then
+        b = n
+      else
+        c = n
+      end
+      n, mul = 0, 1
     end
   end
-  if #vals == 3 and mul == 1 then
-    a, b, c = vals[1], vals[2], vals[3]
+  if k ~= 3 or mul ~= 1 then
+    a, b, c = 0, 0, 0
   end
 end
 
