@@ -1,10 +1,13 @@
--- Fixed window, the twin of fixed_window.go. State: a = window start,
--- b = units counted in it.
-local start, count = a, b
+-- Fixed window, the twin of fixed_window.go. State: window start (6 bytes)
+-- and the units counted in it (4 bytes; a limit is below 2^32).
+fmt = '<I6I4'
+local start, count = 0, 0
+if #stored == 10 then
+  start, count = struct.unpack(fmt, stored)
+end
 if refund then
   if count > 0 and start == counted_in and now < start + window then
-    b = math.max(0, count - cost)
-    exp = 0
+    a, b, exp = start, math.max(0, count - cost), 0
     if b > 0 then
       exp = start + window
     end

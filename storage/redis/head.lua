@@ -1,4 +1,4 @@
--- The head of every script: the arguments, the time and the key's state.
+-- The head of every script: the arguments, the time and the key's value.
 -- An algorithm's body follows, then tail.lua. The scripts are flat (few
 -- functions): Redis runs a script's whole chunk on every call, so each local
 -- function is a closure made anew each time, which costs more than the
@@ -37,37 +37,15 @@ if now < 0 then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The state: three non-negative integers a, b, c, stored as base-128
--- varints (7 bits a byte, least significant first, the high bit set on
--- every byte but a number's last). A millisecond timestamp takes 6 bytes
--- and a small count 1, so a value stays within the 12 bytes Redis keeps
--- inline with its object. Anything else in the key reads as no state.
-local a, b, c = 0, 0, 0
-local stored = redis.call('GET', key)
-if stored then
-  local bytes, k, n, mul = {string.byte(stored, 1, -1)}, 0, 0, 1
-  for i = 1, #bytes do
-    local byte = bytes[i]
-    if byte >= 128 then
-      n, mul = n + (byte - 128) * mul, mul * 128
-    else
-      n, k = n + byte * mul, k + 1
-      if k == 1 then
-        a = n
-      elseif k == 2 then
-        b = n
-      else
-        c = n
-      end
-      n, mul = 0, 1
-    end
-  end
-  if k ~= 3 or mul ~= 1 then
-    a, b, c = 0, 0, 0
-  end
-end
+-- The key's stored state, decoded by the body: integers packed with the
+-- struct library (little-endian, a millisecond timestamp in 6 bytes), so a
+-- value stays within the 12 bytes Redis keeps inline with its object, and
+-- packing and unpacking are one C call each. A value of an unexpected length
+-- reads as no state.
+local stored = redis.call('GET', key) or ''
 
--- The body sets exp to write the state (a, b, c) back with a TTL until exp,
--- or to remove the key when exp is not in the future; nil leaves the key as
--- it is. It sets result to what the script returns.
-local exp, result
+-- The body sets exp to write the state back, packed by the struct format
+-- fmt from a, b, c, with a TTL until exp, or to remove the key when exp is
+-- not in the future; nil leaves the key as it is. It sets result to what
+-- the script returns.
+local a, b, c, fmt, exp, result = 0, 0, 0, nil, nil, nil

@@ -19,7 +19,8 @@ const (
 type Rule struct {
 	Algorithm Algorithm
 	// Limit is the units admitted per Window (the token bucket's refill per
-	// Window). Must be > 0.
+	// Window). Must be > 0 and below 2^32, with Limit × Window in ms at most
+	// 2^51 (the same for Burst).
 	Limit int64
 	// Burst is the token bucket's capacity; 0 means Limit. Ignored by the
 	// windows.

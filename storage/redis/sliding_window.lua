@@ -1,7 +1,13 @@
--- Sliding window, the twin of sliding_window.go. State: a = current
--- window's start, b = its count, c = the previous window's count. The
--- estimate times the window is prev * (window - elapsed) + cur * window.
-local start, cur, prev = a, b, c
+-- Sliding window, the twin of sliding_window.go. State: the current
+-- window's start (6 bytes), its count and the previous window's count (3
+-- bytes each while both are below 2^24, else 4). The estimate times the
+-- window is prev * (window - elapsed) + cur * window.
+local start, cur, prev = 0, 0, 0
+if #stored == 12 then
+  start, cur, prev = struct.unpack('<I6I3I3', stored)
+elseif #stored == 14 then
+  start, cur, prev = struct.unpack('<I6I4I4', stored)
+end
 if now >= start then -- time never goes back for a key
   if now >= start + window then
     local n = idiv(now - start, window)
@@ -77,4 +83,10 @@ else
   end
   local remaining = math.min(limit, math.max(0, limit - cur - idiv(weighted + window - 1, window)))
   result = {allowed, limit, remaining, reset, retry, counted}
+end
+
+if exp and math.max(b, c) >= 16777216 then
+  fmt = '<I6I4I4'
+else
+  fmt = '<I6I3I3'
 end

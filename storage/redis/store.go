@@ -18,6 +18,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -92,8 +93,8 @@ func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, mode
 	switch {
 	case rule.Limit <= 0 || rule.Window < time.Millisecond:
 		return nil, fmt.Errorf("limiter: redis: rule needs Limit > 0 and Window >= 1ms, got %d per %v", rule.Limit, rule.Window)
-	case max(rule.Limit, burst) > maxExact/window:
-		return nil, fmt.Errorf("limiter: redis: limit %d per %v is too large: limit × window in ms must be at most 2^51", max(rule.Limit, burst), rule.Window)
+	case max(rule.Limit, burst) > math.MaxUint32 || max(rule.Limit, burst) > maxExact/window:
+		return nil, fmt.Errorf("limiter: redis: limit %d per %v is too large: it must be below 2^32, and limit × window in ms at most 2^51", max(rule.Limit, burst), rule.Window)
 	case cost < 0:
 		return nil, fmt.Errorf("limiter: redis: cost %d is negative", cost)
 	}

@@ -305,54 +305,35 @@ func TestServerTime(t *testing.T) {
 	assert.GreaterOrEqual(t, r.CountedIn, first.CountedIn+300)
 }
 
-// decodeState reads a stored value: three non-negative integers, each a
-// base-128 varint (7 bits a byte, least significant group first, the high
-// bit set on every byte but a number's last). It also checks that the
-// value is the shortest encoding, byte for byte.
+// stateLayouts gives, by a stored value's length, the sizes in bytes of its
+// little-endian unsigned integers: a fixed window (10), a token bucket (11,
+// or 13 for a large debt), a sliding window (12, or 14 for counts of 2^24
+// and more).
+var stateLayouts = map[int][]int{10: {6, 4}, 11: {6, 5}, 12: {6, 3, 3}, 13: {6, 7}, 14: {6, 4, 4}}
+
+// decodeState reads a stored value into its three integers (0 for a third
+// the layout does not have).
 func decodeState(t *testing.T, v string) [3]int64 {
 	t.Helper()
-	var vals []int64
-	var n uint64
-	var shift uint
-	pending := false
-	for i := 0; i < len(v); i++ {
-		b := v[i]
-		require.Less(t, shift, uint(63), "value %q: varint too long", v)
-		n |= uint64(b&0x7f) << shift
-		if b&0x80 != 0 {
-			shift += 7
-			pending = true
-			continue
+	layout, ok := stateLayouts[len(v)]
+	require.True(t, ok, "value %q has no known layout", v)
+	var s [3]int64
+	pos := 0
+	for i, size := range layout {
+		var n uint64
+		for j := size - 1; j >= 0; j-- {
+			n = n<<8 | uint64(v[pos+j])
 		}
-		vals = append(vals, int64(n))
-		n, shift, pending = 0, 0, false
+		s[i] = int64(n)
+		pos += size
 	}
-	require.False(t, pending, "value %q ends inside a number", v)
-	require.Len(t, vals, 3, "value %q", v)
-	s := [3]int64{vals[0], vals[1], vals[2]}
-	require.Equal(t, encodeState(s), v, "value %q is not the shortest encoding of %v", v, s)
 	return s
 }
 
-// encodeState is the inverse of decodeState.
-func encodeState(s [3]int64) string {
-	var out []byte
-	for _, x := range s {
-		n := uint64(x)
-		for n >= 0x80 {
-			out = append(out, byte(n&0x7f)|0x80)
-			n >>= 7
-		}
-		out = append(out, byte(n))
-	}
-	return string(out)
-}
-
 func TestDecodeState(t *testing.T) {
-	// 300 = 0b10_0101100: low group 0x2c with the high bit, then 0x02.
-	assert.Equal(t, [3]int64{0, 300, 127}, decodeState(t, "\x00\xac\x02\x7f"))
-	assert.Equal(t, [3]int64{1 << 51, 128, 0}, decodeState(t, encodeState([3]int64{1 << 51, 128, 0})))
-	assert.Len(t, encodeState([3]int64{ms(0), 1, 0}), 8, "a ms timestamp takes 6 bytes")
+	// 300 = 0x012c, little-endian.
+	assert.Equal(t, [3]int64{1, 300, 0}, decodeState(t, "\x01\x00\x00\x00\x00\x00\x2c\x01\x00\x00"))
+	assert.Equal(t, [3]int64{1 << 40, 1, 2}, decodeState(t, "\x00\x00\x00\x00\x00\x01\x01\x00\x00\x02\x00\x00"))
 }
 
 // stateOf reads and decodes key's stored value.
@@ -552,29 +533,30 @@ func assertStoreError(t *testing.T, err error) {
 // must be at most 2^51, where the scripts' doubles stay exact; beyond it
 // Take and Refund fail and write nothing.
 func TestRuleTooLarge(t *testing.T) {
-	const big = int64(1) << 41 // 2^41 * 1024ms = 2^51 exactly
-	w := 1024 * time.Millisecond
+	const big = int64(1) << 31 // 2^31 * 2^20 ms = 2^51 exactly
+	w := (1 << 20) * time.Millisecond
 	tooLarge := []struct {
 		name string
 		rule Rule
 	}{
-		{"fixed 2^41+1 per 1024ms", Rule{Algorithm: FixedWindow, Limit: big + 1, Window: w}},
-		{"sliding 2^41+1 per 1024ms", Rule{Algorithm: SlidingWindow, Limit: big + 1, Window: w}},
-		{"bucket 2^41+1 per 1024ms", Rule{Algorithm: TokenBucket, Limit: big + 1, Window: w}},
-		{"bucket Burst 2^41+1", Rule{Algorithm: TokenBucket, Limit: 1, Burst: big + 1, Window: w}},
-		// 1024ms + 1ns is rounded up to 1025ms.
+		{"fixed 2^31+1 per 2^20 ms", Rule{Algorithm: FixedWindow, Limit: big + 1, Window: w}},
+		{"sliding 2^31+1 per 2^20 ms", Rule{Algorithm: SlidingWindow, Limit: big + 1, Window: w}},
+		{"bucket 2^31+1 per 2^20 ms", Rule{Algorithm: TokenBucket, Limit: big + 1, Window: w}},
+		{"bucket Burst 2^31+1", Rule{Algorithm: TokenBucket, Limit: 1, Burst: big + 1, Window: w}},
+		// 2^20 ms + 1ns is rounded up to 2^20 + 1 ms.
 		{"window rounded up past the bound", Rule{Algorithm: FixedWindow, Limit: big, Window: w + 1}},
 		{"1e9 per 30 days", Rule{Algorithm: SlidingWindow, Limit: 1_000_000_000, Window: 30 * 24 * time.Hour}},
 		{"400 per 2e6 hours", Rule{Algorithm: FixedWindow, Limit: 400, Window: 2_000_000 * time.Hour}},
+		{"2^32 per ms", Rule{Algorithm: FixedWindow, Limit: 1 << 32, Window: time.Millisecond}},
 	}
 	valid := []struct {
 		name string
 		rule Rule
 	}{
-		{"fixed 2^41 per 1024ms", Rule{Algorithm: FixedWindow, Limit: big, Window: w}},
-		{"sliding 2^41 per 1024ms", Rule{Algorithm: SlidingWindow, Limit: big, Window: w}},
-		{"bucket 2^41 per 1024ms", Rule{Algorithm: TokenBucket, Limit: big, Window: w}},
-		// 1023ms + 1ns is rounded up to 1024ms.
+		{"fixed 2^31 per 2^20 ms", Rule{Algorithm: FixedWindow, Limit: big, Window: w}},
+		{"sliding 2^31 per 2^20 ms", Rule{Algorithm: SlidingWindow, Limit: big, Window: w}},
+		{"bucket 2^31 per 2^20 ms", Rule{Algorithm: TokenBucket, Limit: big, Window: w}},
+		// 2^20 - 1 ms + 1ns is rounded up to 2^20 ms.
 		{"window rounded up to the bound", Rule{Algorithm: FixedWindow, Limit: big, Window: w - time.Millisecond + 1}},
 		// The windows ignore Burst.
 		{"fixed with a huge Burst", Rule{Algorithm: FixedWindow, Limit: 1, Burst: 1 << 62, Window: w}},
@@ -584,7 +566,8 @@ func TestRuleTooLarge(t *testing.T) {
 	store, rdb, _ := newStore(t, c)
 	ctx := context.Background()
 	for _, tt := range tooLarge {
-		require.Greater(t, float64(max(tt.rule.Limit, tt.rule.Burst))*float64((tt.rule.Window+time.Millisecond-1)/time.Millisecond), float64(int64(1)<<51), tt.name)
+		lim := max(tt.rule.Limit, tt.rule.Burst)
+		require.True(t, lim >= 1<<32 || float64(lim)*float64((tt.rule.Window+time.Millisecond-1)/time.Millisecond) > float64(int64(1)<<51), tt.name)
 		t.Run(tt.name, func(t *testing.T) {
 			// On a key with state: the state stays as it was.
 			good := Rule{Algorithm: tt.rule.Algorithm, Limit: 5, Window: time.Second}
@@ -659,8 +642,8 @@ func TestRuleTooLarge(t *testing.T) {
 					assert.Equal(t, [3]int64{ms(w), big, 0}, stateOf(t, rdb, "k"))
 				case SlidingWindow:
 					assert.Equal(t, [3]int64{ms(0), big, 0}, stateOf(t, rdb, "k"))
-					// In the next window prev=2^41 weighs 2^41*(1-e/1024ms):
-					// one unit frees at e = 2^-31 ms, so at 1ms.
+					// In the next window prev=2^31 weighs 2^31*(1-e/2^20 ms):
+					// one unit frees at e = 2^-11 ms, so at 1ms.
 					assert.Equal(t, w+time.Millisecond, r.RetryAfter)
 					c.at(w)
 					r, err = store.Take(ctx, "k", rule, 1)
@@ -670,21 +653,21 @@ func TestRuleTooLarge(t *testing.T) {
 					r, err = store.Take(ctx, "k", rule, 1)
 					require.NoError(t, err)
 					assert.True(t, r.Allowed)
-					// 2^41 - 1 - ceil(2^41*1023/1024) = 2^31 - 1.
-					assert.Equal(t, int64(1)<<31-1, r.Remaining)
+					// 2^31 - 1 - ceil(2^31*(2^20-1)/2^20) = 2^11 - 1.
+					assert.Equal(t, int64(1)<<11-1, r.Remaining)
 					assert.Equal(t, [3]int64{ms(w), 1, big}, stateOf(t, rdb, "k"))
 				case TokenBucket:
 					assert.Equal(t, [3]int64{ms(0), 1 << 51, 0}, stateOf(t, rdb, "k"))
-					// 2^41 tokens per 1024ms: 2^31 a ms, and a unit costs
-					// 1024 of debt, so 1ms.
+					// 2^31 tokens per 2^20 ms: 2^31 of debt refill a ms, and
+					// a unit costs 2^20 of debt, so 1ms.
 					assert.Equal(t, time.Millisecond, r.RetryAfter)
 					c.at(time.Millisecond)
 					r, err = store.Take(ctx, "k", rule, 1)
 					require.NoError(t, err)
 					assert.True(t, r.Allowed)
-					assert.Equal(t, int64(1)<<31-1, r.Remaining)
+					assert.Equal(t, int64(1)<<11-1, r.Remaining)
 					assert.Equal(t, w, r.ResetAfter)
-					assert.Equal(t, [3]int64{ms(time.Millisecond), 1<<51 - 1<<41 + 1024, 0}, stateOf(t, rdb, "k"))
+					assert.Equal(t, [3]int64{ms(time.Millisecond), 1<<51 - 1<<31 + 1<<20, 0}, stateOf(t, rdb, "k"))
 				}
 			})
 		}

@@ -1,7 +1,15 @@
 -- Token bucket as a GCRA in integers, the twin of token_bucket.go. State:
--- a = time of the last update, b = the bucket's debt in units of 1/window
--- token (a token is `window` units; the bucket refills `limit` units a ms).
-local last, debt = a, b
+-- the time of the last update (6 bytes) and the bucket's debt in units of
+-- 1/window token (a token is `window` units; the bucket refills `limit`
+-- units a ms), in 5 bytes while below 2^40, else 7. (Each algorithm's
+-- values have lengths of their own: 10 bytes for the fixed window, 11 or 13
+-- for the bucket, 12 or 14 for the sliding window.)
+local last, debt = 0, 0
+if #stored == 11 then
+  last, debt = struct.unpack('<I6I5', stored)
+elseif #stored == 13 then
+  last, debt = struct.unpack('<I6I7', stored)
+end
 local elapsed = now - last
 if elapsed > 0 then
   if elapsed >= idiv(debt + limit - 1, limit) then
@@ -36,4 +44,10 @@ else
     retry = idiv(debt + cost * window - capacity + limit - 1, limit)
   end
   result = {allowed, burst, math.max(0, burst - idiv(debt + window - 1, window)), idiv(debt + limit - 1, limit), retry, 0}
+end
+
+if exp and b >= 1099511627776 then
+  fmt = '<I6I7'
+else
+  fmt = '<I6I5'
 end
