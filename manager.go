@@ -16,7 +16,7 @@ import (
 // Keys are spread over shards by hash, each with its own mutex, so requests
 // for different keys rarely wait on each other. A shard is an open-addressing
 // hash table of its own making rather than a Go map, for three reasons:
-//   - memory: about 60 bytes per key besides the key's bytes, where a
+//   - memory: about 64 bytes per key besides the key's bytes, where a
 //     map[string]struct and a copied string cost about twice that;
 //   - the garbage collector: entries, index and key bytes hold no pointers,
 //     so a million keys add nothing to what each GC cycle scans;
@@ -38,6 +38,7 @@ const (
 	sweepEvery     = 16 // takes per shard between sweeps of another shard
 	sweepPerRotate = 64 // entries looked at in that other shard
 	evictSample    = 8  // entries sampled for eviction at the cap
+	capCompact     = 8  // at the cap, compact once per limit/capCompact inserts
 	maxInlineKey   = 64 // longer keys are kept as a SHA-256 digest
 	digestFlag     = 1 << 31
 	minIndex       = 8
@@ -74,8 +75,9 @@ type shard struct {
 	cursor  int // sweep position in entries
 	expired int // expired entries seen in the current sweep pass
 	takes   uint32
+	atCap   int // inserts at the cap since the last compaction there
 	rnd     uint64
-	_       [40]byte // keep shards on separate cache lines
+	_       [32]byte // keep shards on separate cache lines
 }
 
 func newManager(alg algorithm, maxKeys int, clock func() int64) *manager {
@@ -110,13 +112,20 @@ type requestTimer interface{ Time() time.Time }
 // handled at once on several connections may so reach a key slightly out of
 // order; the step functions never let time go back for a key.
 func (m *manager) now(ctx context.Context) int64 {
+	if m.clock == nil {
+		if rt, ok := ctx.(requestTimer); ok {
+			if t := rt.Time(); !t.IsZero() {
+				return int64(t.Sub(m.origin) / time.Millisecond)
+			}
+		}
+	}
+	return m.current()
+}
+
+// current is the manager's time now, read from the clock.
+func (m *manager) current() int64 {
 	if m.clock != nil {
 		return m.clock()
-	}
-	if rt, ok := ctx.(requestTimer); ok {
-		if t := rt.Time(); !t.IsZero() {
-			return int64(t.Sub(m.origin) / time.Millisecond)
-		}
 	}
 	return int64(time.Since(m.origin) / time.Millisecond)
 }
@@ -132,11 +141,25 @@ func (m *manager) take(ctx context.Context, key string, r rule, cost int64) (Dec
 	s, h := m.shardFor(k)
 	now := m.now(ctx)
 	s.mu.Lock()
-	e := s.lookup(k, klen, uint32(h), now)
-	st, d := m.alg.take(state{a: e.a, b: e.b, c: e.c}, now, r, cost)
+	i := s.find(k, klen, uint32(h))
+	var st state
+	if i >= 0 && s.entries[i].exp > now {
+		e := &s.entries[i]
+		st = state{a: e.a, b: e.b, c: e.c}
+	}
+	st, d := m.alg.take(st, now, r, cost)
 	if d.Allowed {
-		e.a, e.b, e.c = st.a, st.b, st.c
-		e.exp = m.alg.expiry(st, r)
+		// A key is only tracked once it has state worth keeping, so requests
+		// that count nothing never take a slot.
+		if exp := m.alg.expiry(st, r); i >= 0 || exp > now {
+			var e *entry
+			if i >= 0 {
+				e = &s.entries[i]
+			} else {
+				e = s.insert(k, klen, uint32(h), now)
+			}
+			e.a, e.b, e.c, e.exp = st.a, st.b, st.c, exp
+		}
 	}
 	s.sweep(now, sweepPerTake)
 	s.takes++
@@ -148,11 +171,11 @@ func (m *manager) take(ctx context.Context, key string, r rule, cost int64) (Dec
 	return d, nil
 }
 
-func (m *manager) refund(ctx context.Context, key string, r rule, cost int64, d Decision) error {
+func (m *manager) refund(_ context.Context, key string, r rule, cost int64, d Decision) error {
 	var buf [sha256.Size]byte
 	k, klen := storedKey(key, &buf)
 	s, h := m.shardFor(k)
-	now := m.now(ctx)
+	now := m.current() // when the request ends, not when it began
 	s.mu.Lock()
 	if i := s.find(k, klen, uint32(h)); i >= 0 {
 		e := &s.entries[i]
@@ -208,18 +231,16 @@ func (s *shard) find(key string, klen, hash uint32) int {
 	}
 }
 
-// lookup returns the key's entry, creating it if needed. An expired entry is
-// returned emptied, as a new one would be.
-func (s *shard) lookup(key string, klen, hash uint32, now int64) *entry {
-	if i := s.find(key, klen, hash); i >= 0 {
-		e := &s.entries[i]
-		if e.exp <= now {
-			e.a, e.b, e.c, e.exp = 0, 0, 0, 0
-		}
-		return e
-	}
+// insert adds an entry for a key that has none. At the cap it reuses the
+// slot of a victim (sampling prefers expired entries, whose exp is lowest),
+// and compacts the shard at most once per limit/capCompact such inserts, so a
+// flood of new keys at the cap costs O(1) a key, not a scan of the shard.
+func (s *shard) insert(key string, klen, hash uint32, now int64) *entry {
 	if len(s.entries) >= s.limit {
-		s.compact(now)
+		if s.atCap++; s.atCap >= max(16, s.limit/capCompact) {
+			s.atCap = 0
+			s.compact(now)
+		}
 		if len(s.entries) >= s.limit {
 			return s.replace(s.victim(), key, klen, hash)
 		}

@@ -143,3 +143,36 @@ func TestManagerRefundAfterExpiryIsIgnored(t *testing.T) {
 	d3, _ := m.take(context.Background(), "k", r, 1)
 	require.False(t, d3.Allowed, "a refund for an old window must not credit the new one")
 }
+
+// At the cap, new keys take a victim's slot; the shard is compacted only now
+// and then, not once per new key (which would scan the shard every time).
+func TestManagerCapDoesNotCompactPerKey(t *testing.T) {
+	var clock testClock
+	m := newManager(algFixed, 64*shardCount, clock.millis)
+	r := rule{limit: 10, burst: 10, window: minute}
+	for i := range 20_000 { // fills every shard to its cap of 64
+		_, _ = m.take(context.Background(), "fill-"+strconv.Itoa(i), r, 1)
+	}
+	rebuilds := 0
+	observeRebuild = func(time.Duration) { rebuilds++ }
+	defer func() { observeRebuild = nil }()
+	for i := range 10_000 {
+		_, _ = m.take(context.Background(), "new-"+strconv.Itoa(i), r, 1)
+	}
+	require.LessOrEqual(t, rebuilds, 10_000/16+shardCount, "compactions at the cap")
+	require.LessOrEqual(t, m.len(), 64*shardCount)
+	checkIndex(t, m)
+}
+
+// Requests that count nothing (cost 0, or rejected on a new key) leave no
+// entry behind.
+func TestManagerTracksOnlyKeysWithState(t *testing.T) {
+	var clock testClock
+	m := newManager(algFixed, 1<<20, clock.millis)
+	r := rule{limit: 1, burst: 1, window: minute}
+	for i := range 1000 {
+		_, _ = m.take(context.Background(), "free-"+strconv.Itoa(i), r, 0)
+		_, _ = m.take(context.Background(), "huge-"+strconv.Itoa(i), r, 5)
+	}
+	require.Zero(t, m.len())
+}

@@ -258,3 +258,23 @@ func TestHugeWindowsSaturate(t *testing.T) {
 		require.Equal(t, int64(9223372037), ceilSeconds(d.ResetAfter), alg.name())
 	}
 }
+
+// A bucket refund after the cost has refilled gives nothing back (a slow
+// request that fails cannot let two more through a bucket of one).
+func TestTokenBucketRefundAfterRefill(t *testing.T) {
+	r := rule{limit: 1, burst: 1, window: 1000 * ms}
+	s, slow := algToken.take(state{}, 0, r, 1)
+	require.True(t, slow.Allowed)
+	s, d := algToken.take(s, 1000, r, 1)
+	require.True(t, d.Allowed)
+	s = algToken.refund(s, 1001, r, 1, slow)
+	_, d = algToken.take(s, 1001, r, 1)
+	require.False(t, d.Allowed)
+	// Half refilled: the half still owed comes back, and no more.
+	r2 := rule{limit: 2, burst: 2, window: 1000 * ms}
+	s, slow = algToken.take(state{}, 0, r2, 2)
+	s, d = algToken.take(s, 500, r2, 1) // takes the token refilled meanwhile
+	require.True(t, d.Allowed)
+	s = algToken.refund(s, 500, r2, 2, slow)
+	require.Equal(t, int64(1000), s.b, "only the later request's token stays owed")
+}

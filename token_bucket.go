@@ -45,6 +45,7 @@ func (b tokenBucket) take(s state, now int64, r rule, cost int64) (state, Decisi
 		debt += cost * r.window
 		s.a, s.b = max(now, s.a), debt // time never goes back for a key
 		d.Allowed = true
+		d.countedIn = s.a + debt/r.limit // when this cost will have refilled (rounded down)
 	default:
 		d.RetryAfter = millis(ceilDiv(debt+cost*r.window-capacity, r.limit))
 	}
@@ -53,9 +54,13 @@ func (b tokenBucket) take(s state, now int64, r rule, cost int64) (state, Decisi
 	return s, d
 }
 
-func (b tokenBucket) refund(s state, now int64, r rule, cost int64, _ Decision) state {
-	debt := b.debtAt(s, now, r)
-	return state{a: max(now, s.a), b: max(0, debt-cost*r.window)}
+// refund gives back what of the request's cost has not refilled yet: by
+// d.countedIn the bucket would have refilled it anyway, and crediting it
+// again would let a later request through twice (a slow failed request
+// refunded after the bucket had already refilled).
+func (b tokenBucket) refund(s state, now int64, r rule, cost int64, d Decision) state {
+	credit := min(cost*r.window, max(0, (d.countedIn-now)*r.limit))
+	return state{a: max(now, s.a), b: max(0, b.debtAt(s, now, r)-credit)}
 }
 
 func (tokenBucket) expiry(s state, r rule) int64 {

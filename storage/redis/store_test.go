@@ -249,6 +249,13 @@ func TestTakeDecisions(t *testing.T) {
 				c.at(s.at)
 				got, err := store.Take(ctx, "k", tt.rule, s.cost)
 				require.NoError(t, err, "step %d", i)
+				if tt.rule.Algorithm == TokenBucket && got.Allowed {
+					// A bucket's CountedIn is when the request's cost will
+					// have refilled: now + ResetAfter, rounded down to the ms.
+					refilled := ms(s.at) + got.ResetAfter.Milliseconds()
+					assert.Contains(t, []int64{refilled - 1, refilled}, got.CountedIn, "step %d", i)
+					got.CountedIn = 0
+				}
 				assert.Equal(t, s.want, got, "step %d: cost %d at %v", i, s.cost, s.at)
 			}
 		})
@@ -424,9 +431,10 @@ func TestTTLAndStoredValue(t *testing.T) {
 			pttl:  3334 * time.Millisecond,
 		},
 		{
-			name:  "bucket refund",
-			rule:  Rule{Algorithm: TokenBucket, Limit: 5, Window: w},
-			takes: []take{{at: 0, cost: 3}, {at: time.Second, cost: 1, refund: true}},
+			name: "bucket refund",
+			rule: Rule{Algorithm: TokenBucket, Limit: 5, Window: w},
+			// The take's CountedIn: its 30000 of debt refill at 5 a ms, by 6s.
+			takes: []take{{at: 0, cost: 3}, {at: time.Second, cost: 1, refund: true, counted: ms(0) + 6000}},
 			// 30000 - 5000 - 10000 = 15000, from 1s: back in 3s.
 			state: [3]int64{ms(time.Second), 15000, 0},
 			pttl:  3 * time.Second,
@@ -1070,10 +1078,11 @@ func TestRefund(t *testing.T) {
 		assert.False(t, r.Allowed)
 
 		assert.Equal(t, [3]int64{ms(0), 3000, 0}, stateOf(t, rdb, "k"), "3 tokens owed, in token-ms")
-		assert.Zero(t, r.CountedIn, "the bucket has no windows")
+		assert.Zero(t, r.CountedIn, "a rejected take counts nowhere")
 
-		// A partial refund gives back exactly what was taken.
-		require.NoError(t, store.Refund(ctx, "k", rule, 2, 0))
+		// A partial refund gives back exactly what was taken. The last
+		// admitted take's CountedIn: the 3000 owed refill by 3s.
+		require.NoError(t, store.Refund(ctx, "k", rule, 2, ms(0)+3000))
 		assert.Equal(t, [3]int64{ms(0), 1000, 0}, stateOf(t, rdb, "k"))
 		r, err = store.Take(ctx, "k", rule, 2)
 		require.NoError(t, err)
@@ -1304,4 +1313,26 @@ func TestMemoryUsage(t *testing.T) {
 		t.Logf("MEMORY USAGE %s SAMPLES 0 = %d bytes (value %x = %v, %d bytes)", tt.key, n, v, decodeState(t, v), len(v))
 		assert.LessOrEqual(t, n, int64(100), tt.key)
 	}
+}
+
+// A bucket refund gives back only what of the cost has not refilled yet:
+// a request that failed after the bucket refilled earns nothing back, so
+// the requests after it cannot exceed the capacity.
+func TestBucketRefundAfterRefill(t *testing.T) {
+	c := newClock()
+	store, _, _ := newStore(t, c)
+	ctx := context.Background()
+	rule := Rule{Algorithm: TokenBucket, Limit: 1, Burst: 1, Window: time.Second}
+	slow, err := store.Take(ctx, "k", rule, 1)
+	require.NoError(t, err)
+	require.True(t, slow.Allowed)
+	c.at(time.Second)
+	r, err := store.Take(ctx, "k", rule, 1)
+	require.NoError(t, err)
+	require.True(t, r.Allowed, "refilled after a second")
+	c.at(time.Second + time.Millisecond)
+	require.NoError(t, store.Refund(ctx, "k", rule, 1, slow.CountedIn))
+	r, err = store.Take(ctx, "k", rule, 1)
+	require.NoError(t, err)
+	assert.False(t, r.Allowed, "the slow request's token had refilled already")
 }

@@ -21,7 +21,10 @@ end
 last = math.max(now, last) -- time never goes back for a key
 
 if refund then
-  a, b = last, math.max(0, debt - cost * window)
+  -- Only what of the request's cost has not refilled by now comes back:
+  -- counted_in is when it will have (rounded down).
+  local credit = math.min(cost * window, math.max(0, (counted_in - now) * limit))
+  a, b = last, math.max(0, debt - credit)
   exp = last + idiv(b + limit - 1, limit)
   if b == 0 then
     exp = 0
@@ -29,12 +32,12 @@ if refund then
   result = {1}
 else
   local capacity = burst * window
-  local allowed, retry = 0, 0
+  local allowed, retry, counted = 0, 0, 0
   if cost > burst then
     retry = -1
   elseif debt + cost * window <= capacity then
     debt = debt + cost * window
-    allowed = 1
+    allowed, counted = 1, last + idiv(debt, limit)
     a, b = last, debt
     exp = last + idiv(debt + limit - 1, limit)
     if debt == 0 then
@@ -43,7 +46,7 @@ else
   else
     retry = idiv(debt + cost * window - capacity + limit - 1, limit)
   end
-  result = {allowed, burst, math.max(0, burst - idiv(debt + window - 1, window)), idiv(debt + limit - 1, limit), retry, 0}
+  result = {allowed, burst, math.max(0, burst - idiv(debt + window - 1, window)), idiv(debt + limit - 1, limit), retry, counted}
 end
 
 if exp and b >= 1099511627776 then
