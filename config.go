@@ -130,10 +130,10 @@ type Config struct {
 	// its length, and keys longer than 64 bytes are kept as a 32-byte
 	// digest). The cap is enforced per shard, MaxKeys/128 keys each (rounded
 	// up), so it can bite a little before MaxKeys keys in all. When a new key
-	// arrives at a full shard, the shard's expired keys are reclaimed first;
-	// if none are, the key closest to its reset among 8 sampled at random is
-	// dropped, and starts afresh if it returns. Must be >= 0; zero means the
-	// default. Unused with Storage.
+	// arrives at a full shard, it takes the slot of the key closest to its
+	// reset among 8 sampled at random (an expired key always is), which
+	// starts afresh if it returns. Must be >= 0; zero means the default.
+	// Unused with Storage.
 	//
 	// Default: 1 << 20 (1,048,576 keys)
 	MaxKeys int
