@@ -361,7 +361,7 @@ func (s *shard) compact(now int64) {
 	s.rebuild(size)
 }
 
-// observeRebuild, when set (benchmarks only), is told how long each rebuild
+// observeRebuild, when set (tests and benchmarks only), is told how long each rebuild
 // took: the longest pause housekeeping puts on a request.
 var observeRebuild func(time.Duration)
 
