@@ -7,13 +7,14 @@ package limiter
 // redis-server on a free loopback port (internal/redistest) and is skipped
 // when there is none.
 //
-// Recommended (about 2 minutes on 2 shared cores). The throughput table
-// needs many decisions per sub-benchmark; the other three repeat a whole
-// measurement (thousands of decisions, or 10,000 keys) per b.N iteration,
-// so they run once (they skip themselves when b.N > 100, as with a large
+// Recommended (about 5 minutes on 2 shared cores). The throughput table
+// needs many decisions per sub-benchmark; the others repeat a whole
+// measurement (rounds of decisions, or 10,000 keys) per b.N iteration, so
+// they run once (they skip themselves when b.N > 100, as with a large
 // -benchtime=Nx meant for the table):
 //
 //	go test -run '^$' -bench 'BenchmarkRedisDecisions' -benchtime=30000x -benchmem -count=1 .
+//	go test -run '^$' -bench 'BenchmarkRedisVersusRedisRate' -benchtime=1x .
 //	go test -run '^$' -bench 'BenchmarkRedis(CommandsPerDecision|MemoryPerKey|ReplicasAdmitted)' -benchtime=1x -benchmem -count=1 .
 //
 // Decisions: keys=hot is one key per variant; keys=100k cycles over 100,000
@@ -267,6 +268,80 @@ func BenchmarkRedisDecisions(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkRedisVersusRedisRate measures each store variant's decisions
+// per second against redis_rate's, interleaved: each of rounds rounds runs
+// every variant in turn (a fresh client each, warmed up) for the same
+// number of decisions, so a slow phase of the machine falls on all of them
+// alike. It reports the median over the rounds of each variant's ratio to
+// redis_rate in that round (x-redis_rate; above 1 is faster), and
+// redis_rate's median decisions/s. Run it once:
+//
+//	go test -run '^$' -bench BenchmarkRedisVersusRedisRate -benchtime=1x .
+func BenchmarkRedisVersusRedisRate(b *testing.B) {
+	const rounds = 7
+	srv := redistest.Start(b)
+	var variants []rbVariant
+	for _, v := range rbVariants() {
+		if strings.HasPrefix(v.name, "store-") || v.name == "redis_rate" {
+			variants = append(variants, v)
+		}
+	}
+	for _, keys := range []string{"hot", "100k"} {
+		for _, callers := range []int{1, 8, 64} {
+			b.Run(fmt.Sprintf("keys=%s/callers=%d", keys, callers), func(b *testing.B) {
+				rbOnce(b)
+				decisions := 20_000
+				if callers == 1 {
+					decisions = 5_000 // a round trip at a time
+				}
+				rate := make(map[string][]float64, len(variants))
+				cursor := 0 // keys=100k: the same keys for every variant in a round
+				for range rounds {
+					for _, v := range variants {
+						decide, done := v.open(b, srv, callers, nil)
+						key := rbHot
+						if keys == "100k" {
+							base := cursor
+							key = func(i int) int { return (base + i) % rbKeySpace }
+						}
+						if _, err := rbDecide(10*callers, callers, decide, rbHot); err != nil {
+							b.Fatal(err)
+						}
+						elapsed, err := rbDecide(decisions, callers, decide, key)
+						done()
+						if err != nil {
+							b.Fatal(err)
+						}
+						rate[v.name] = append(rate[v.name], float64(decisions)/elapsed.Seconds())
+					}
+					cursor += decisions
+				}
+				base := rate["redis_rate"]
+				for _, v := range variants {
+					if v.name == "redis_rate" {
+						continue
+					}
+					ratios := make([]float64, rounds)
+					for r := range ratios {
+						ratios[r] = rate[v.name][r] / base[r]
+					}
+					b.ReportMetric(rbMedian(ratios), v.name+"-x-redis_rate")
+				}
+				b.ReportMetric(rbMedian(base), "redis_rate-decisions/s")
+			})
+		}
+	}
+}
+
+// rbMedian is the median of xs, which it sorts.
+func rbMedian(xs []float64) float64 {
+	sort.Float64s(xs)
+	if n := len(xs); n%2 == 0 {
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	return xs[len(xs)/2]
 }
 
 // rbCounter is a go-redis hook that counts the commands a client sends, by

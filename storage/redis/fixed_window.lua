@@ -12,7 +12,6 @@ if refund then
       exp = start + window
     end
   end
-  result = {1}
 else
   if count > 0 and now < start then
     now = start -- time never goes back for a key
@@ -20,7 +19,6 @@ else
   if count == 0 or now >= start + window then
     start, count = now, 0
   end
-  local allowed, retry, counted = 0, 0, 0
   if cost > limit then
     retry = -1
   elseif count + cost <= limit then
@@ -32,9 +30,8 @@ else
   else
     retry = start + window - now
   end
-  local reset = 0
   if count > 0 then
     reset = start + window - now
   end
-  result = {allowed, limit, math.max(0, limit - count), reset, retry, counted}
+  remaining = math.max(0, limit - count)
 end

@@ -5,20 +5,18 @@
 -- arithmetic.
 --
 -- KEYS[1]: the one key of the limited key (so Redis Cluster never sees
--- CROSSSLOT). ARGV: limit, burst, window, cost, now, mode, counted_in.
--- Times are integers in milliseconds; now < 0 means the server's TIME
--- (Redis 6 and later replicate a script's writes, not the script, so TIME
--- is safe to use). Numbers are Lua doubles: every integer the scripts form
--- stays below 2^53, where doubles are exact (the Go side checks
--- limit * window <= 2^51).
+-- CROSSSLOT). ARGV[1]: the request, packed by the Go side in one string so
+-- that it is one argument to pass and one C call to read (little-endian):
+-- flags (1 byte: 1 = refund, 2 = use the server's TIME), limit and burst
+-- (4 bytes each), window (7), cost (5), now (6) and counted_in (7). Times
+-- are integers in milliseconds (Redis 6 and later replicate a script's
+-- writes, not the script, so TIME is safe to use). Numbers are Lua doubles:
+-- every integer the scripts form stays below 2^53, where doubles are exact
+-- (the Go side checks limit * window <= 2^51).
 local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local window = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-local refund = ARGV[6] == 'refund'
-local counted_in = tonumber(ARGV[7])
+local flags, limit, burst, window, cost, now, counted_in =
+  struct.unpack('<BI4I4I7I5I6I7', ARGV[1])
+local refund = flags % 2 == 1
 
 -- idiv is floor(a / b) for integers a >= 0 and b > 0, corrected for the
 -- rounding of the double division.
@@ -32,7 +30,7 @@ local function idiv(x, y)
   return q
 end
 
-if now < 0 then
+if flags >= 2 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -46,6 +44,8 @@ local stored = redis.call('GET', key) or ''
 
 -- The body sets exp to write the state back, packed by the struct format
 -- fmt from a, b, c, with a TTL until exp, or to remove the key when exp is
--- not in the future; nil leaves the key as it is. It sets result to what
--- the script returns.
-local a, b, c, fmt, exp, result = 0, 0, 0, nil, nil, nil
+-- not in the future; nil leaves the key as it is. A take's answer is
+-- allowed (0 or 1), remaining, reset and retry (ms; retry < 0 means never)
+-- and counted (where an admitted cost was counted, for a refund).
+local a, b, c, fmt, exp = 0, 0, 0, nil, nil
+local allowed, remaining, reset, retry, counted = 0, 0, 0, 0, 0

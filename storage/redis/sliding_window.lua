@@ -41,14 +41,12 @@ if refund then
       exp = start + window
     end
   end
-  result = {1}
 else
   if now < start then
     now = start
   end
   local elapsed = now - start
   local weighted = prev * (window - elapsed)
-  local allowed, retry, counted = 0, 0, 0
   if cost > limit then
     retry = -1
   elseif weighted + (cur + cost) * window <= limit * window then
@@ -75,14 +73,12 @@ else
       retry = window - elapsed + e
     end
   end
-  local reset = 0
   if cur > 0 then
     reset = start + 2 * window - now
   elseif prev > 0 then
     reset = start + window - now
   end
-  local remaining = math.min(limit, math.max(0, limit - cur - idiv(weighted + window - 1, window)))
-  result = {allowed, limit, remaining, reset, retry, counted}
+  remaining = math.min(limit, math.max(0, limit - cur - idiv(weighted + window - 1, window)))
 end
 
 if exp and math.max(b, c) >= 16777216 then

@@ -16,7 +16,7 @@ package redis
 import (
 	"context"
 	_ "embed"
-	"errors"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"time"
@@ -37,11 +37,20 @@ var (
 	tokenBucketLua string
 )
 
-var scripts = [...]*redis.Script{
-	FixedWindow:   redis.NewScript(headLua + fixedWindowLua + tailLua),
-	SlidingWindow: redis.NewScript(headLua + slidingWindowLua + tailLua),
-	TokenBucket:   redis.NewScript(headLua + tokenBucketLua + tailLua),
-}
+// scriptSources are the scripts of the algorithms, and scripts their
+// SHA-1 digests for EVALSHA.
+var (
+	scriptSources = [...]string{
+		FixedWindow:   headLua + fixedWindowLua + tailLua,
+		SlidingWindow: headLua + slidingWindowLua + tailLua,
+		TokenBucket:   headLua + tokenBucketLua + tailLua,
+	}
+	scripts = [...]*redis.Script{
+		FixedWindow:   redis.NewScript(scriptSources[FixedWindow]),
+		SlidingWindow: redis.NewScript(scriptSources[SlidingWindow]),
+		TokenBucket:   redis.NewScript(scriptSources[TokenBucket]),
+	}
+)
 
 // Store decides rate limits in Redis. It is safe for concurrent use.
 type Store struct {
@@ -78,9 +87,30 @@ func (s *Store) Conn() redis.UniversalClient { return s.client }
 // doubles are exact.
 const maxExact = 1 << 51
 
-func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, mode string, countedIn int64) ([]interface{}, error) {
+// Flags of a request (argFlags) and of an answer (resFlags), and the sizes
+// of their packed forms; head.lua and tail.lua hold the layouts.
+const (
+	argRefund     = 1
+	argServerTime = 2
+	resAllowed    = 1
+	resNever      = 2
+	argSize       = 1 + 4 + 4 + 7 + 5 + 6 + 7
+	resSize       = 1 + 4 + 7 + 7 + 7
+)
+
+// The largest values the packed forms hold: 2^56-1 (7 bytes), 2^48-1 (6).
+const (
+	max7 = 1<<56 - 1
+	max6 = 1<<48 - 1
+)
+
+// run calls the rule's script for key: a take, or with argRefund a refund,
+// in one round trip. The request goes as one packed argument and a take's
+// answer comes back as one packed string, so that neither side converts
+// numbers to text and back. It returns the answer of a take.
+func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, flags byte, countedIn int64) (string, error) {
 	if rule.Algorithm < FixedWindow || rule.Algorithm > TokenBucket {
-		return nil, fmt.Errorf("limiter: redis: unknown algorithm %d", rule.Algorithm)
+		return "", fmt.Errorf("limiter: redis: unknown algorithm %d", rule.Algorithm)
 	}
 	burst := rule.Burst
 	if burst <= 0 || rule.Algorithm != TokenBucket {
@@ -90,53 +120,100 @@ func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, mode
 	if rule.Window%time.Millisecond != 0 {
 		window++
 	}
+	quota := max(rule.Limit, burst)
 	switch {
 	case rule.Limit <= 0 || rule.Window < time.Millisecond:
-		return nil, fmt.Errorf("limiter: redis: rule needs Limit > 0 and Window >= 1ms, got %d per %v", rule.Limit, rule.Window)
-	case max(rule.Limit, burst) > math.MaxUint32 || max(rule.Limit, burst) > maxExact/window:
-		return nil, fmt.Errorf("limiter: redis: limit %d per %v is too large: it must be below 2^32, and limit × window in ms at most 2^51", max(rule.Limit, burst), rule.Window)
+		return "", fmt.Errorf("limiter: redis: rule needs Limit > 0 and Window >= 1ms, got %d per %v", rule.Limit, rule.Window)
+	case quota > math.MaxUint32 || quota > maxExact/window:
+		return "", fmt.Errorf("limiter: redis: limit %d per %v is too large: it must be below 2^32, and limit × window in ms at most 2^51", quota, rule.Window)
 	case cost < 0:
-		return nil, fmt.Errorf("limiter: redis: cost %d is negative", cost)
+		return "", fmt.Errorf("limiter: redis: cost %d is negative", cost)
 	}
-	now := int64(-1) // the server's TIME
-	if s.clock != nil {
-		now = max(0, s.clock().UnixMilli())
+	// A cost above the quota is never admitted, and a refund of it credits
+	// everything: the scripts decide the same for quota+1, which fits.
+	cost = min(cost, quota+1)
+	now := int64(0)
+	if s.clock == nil {
+		flags |= argServerTime
+	} else {
+		now = min(max(0, s.clock().UnixMilli()), max6)
 	}
-	res, err := scripts[rule.Algorithm].Run(ctx, s.client, []string{key},
-		rule.Limit, burst, window, cost, now, mode, countedIn).Slice()
+	// A countedIn outside what a script can have returned matches nothing
+	// and credits as much as any later time.
+	countedIn = min(max(0, countedIn), max7)
+
+	var arg [argSize]byte
+	arg[0] = flags
+	binary.LittleEndian.PutUint32(arg[1:], uint32(rule.Limit))
+	binary.LittleEndian.PutUint32(arg[5:], uint32(burst))
+	putUint(arg[9:16], uint64(window))
+	putUint(arg[16:21], uint64(cost))
+	putUint(arg[21:27], uint64(now))
+	putUint(arg[27:34], uint64(countedIn))
+
+	script := scripts[rule.Algorithm]
+	cmd := s.eval(ctx, "evalsha", script.Hash(), key, arg[:])
+	if err := cmd.Err(); redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = s.eval(ctx, "eval", scriptSources[rule.Algorithm], key, arg[:])
+	}
+	res, err := cmd.Result()
 	if err != nil {
-		return nil, fmt.Errorf("limiter: redis %s %q: %w", mode, key, err)
+		mode := "take"
+		if flags&argRefund != 0 {
+			mode = "refund"
+		}
+		return "", fmt.Errorf("limiter: redis %s %q: %w", mode, key, err)
 	}
 	return res, nil
+}
+
+// eval sends EVAL or EVALSHA (name) of script with key and arg.
+func (s *Store) eval(ctx context.Context, name, script, key string, arg []byte) *redis.StringCmd {
+	cmd := redis.NewStringCmd(ctx, name, script, 1, key, string(arg))
+	cmd.SetFirstKeyPos(3) // for Redis Cluster's routing
+	_ = s.client.Process(ctx, cmd)
+	return cmd
+}
+
+// putUint writes v little-endian into b, as struct's I<len(b)>.
+func putUint(b []byte, v uint64) {
+	for i := range b {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+// getUint reads a little-endian unsigned integer of len(b) bytes.
+func getUint(b string) int64 {
+	var v uint64
+	for i := len(b) - 1; i >= 0; i-- {
+		v = v<<8 | uint64(b[i])
+	}
+	return int64(v)
 }
 
 // Take decides a request of cost units for key under rule, and counts it if
 // it is admitted, in one round trip.
 func (s *Store) Take(ctx context.Context, key string, rule Rule, cost int64) (Result, error) {
-	res, err := s.run(ctx, key, rule, cost, "take", 0)
+	res, err := s.run(ctx, key, rule, cost, 0, 0)
 	if err != nil {
 		return Result{}, err
 	}
-	if len(res) != 6 {
-		return Result{}, fmt.Errorf("limiter: redis take %q: script returned %d values, want 6", key, len(res))
+	if len(res) != resSize {
+		return Result{}, fmt.Errorf("limiter: redis take %q: script returned %d bytes, want %d", key, len(res), resSize)
 	}
-	var v [6]int64
-	for i := range v {
-		n, ok := res[i].(int64)
-		if !ok {
-			return Result{}, errors.New("limiter: redis take: script returned a non-integer")
-		}
-		v[i] = n
+	limit := rule.Limit
+	if rule.Algorithm == TokenBucket && rule.Burst > 0 {
+		limit = rule.Burst
 	}
 	r := Result{
-		Allowed:    v[0] == 1,
-		Limit:      v[1],
-		Remaining:  v[2],
-		ResetAfter: span(v[3]),
-		RetryAfter: span(v[4]),
-		CountedIn:  v[5],
+		Allowed:    res[0]&resAllowed != 0,
+		Limit:      limit,
+		Remaining:  getUint(res[1:5]),
+		ResetAfter: span(getUint(res[5:12])),
+		RetryAfter: span(getUint(res[12:19])),
+		CountedIn:  getUint(res[19:26]),
 	}
-	if v[4] < 0 {
+	if res[0]&resNever != 0 {
 		r.RetryAfter = Never
 	}
 	return r, nil
@@ -146,7 +223,7 @@ func (s *Store) Take(ctx context.Context, key string, rule Rule, cost int64) (Re
 // window that countedIn (from its Result) names, if that window still
 // counts. One round trip.
 func (s *Store) Refund(ctx context.Context, key string, rule Rule, cost int64, countedIn int64) error {
-	_, err := s.run(ctx, key, rule, cost, "refund", countedIn)
+	_, err := s.run(ctx, key, rule, cost, argRefund, countedIn)
 	return err
 }
 

@@ -894,6 +894,58 @@ func TestInvalidRule(t *testing.T) {
 }
 
 // A negative cost is an error for Take and Refund, and changes nothing: it
+
+// Extreme costs and countedIn values, which the request's packed form clamps
+// (a cost to quota+1, countedIn to [0, 2^56)), decide as the unclamped
+// values would: a cost above the quota is never admitted and writes
+// nothing, a refund of a huge cost empties the key's count, and a countedIn
+// no script returned credits nothing in a window.
+func TestExtremeCostAndCountedIn(t *testing.T) {
+	for _, a := range algorithms {
+		t.Run(a.name, func(t *testing.T) {
+			c := newClock()
+			store, rdb, _ := newStore(t, c)
+			ctx := context.Background()
+			rule := Rule{Algorithm: a.alg, Limit: 3, Window: time.Second}
+
+			for _, cost := range []int64{4, 1 << 32, 1<<63 - 1} {
+				r, err := store.Take(ctx, "k", rule, cost)
+				require.NoError(t, err)
+				assert.False(t, r.Allowed, "cost %d", cost)
+				assert.Equal(t, Never, r.RetryAfter, "cost %d", cost)
+				assert.Equal(t, int64(3), r.Remaining, "cost %d", cost)
+			}
+			n, err := rdb.Exists(ctx, "k").Result()
+			require.NoError(t, err)
+			assert.Zero(t, n, "a rejected cost writes nothing")
+
+			r, err := store.Take(ctx, "k", rule, 3)
+			require.NoError(t, err)
+			require.True(t, r.Allowed)
+			for _, countedIn := range []int64{-1, -1 << 63, 1<<63 - 1} {
+				require.NoError(t, store.Refund(ctx, "k", rule, 1, countedIn))
+			}
+			r2, err := store.Take(ctx, "k", rule, 1)
+			require.NoError(t, err)
+			if a.alg == TokenBucket {
+				// A countedIn far in the future says the cost has not
+				// refilled: its refund credits it.
+				assert.True(t, r2.Allowed, "the far-future refund credited one token")
+			} else {
+				assert.False(t, r2.Allowed, "no window matched: nothing credited")
+			}
+			if r2.Allowed {
+				require.NoError(t, store.Refund(ctx, "k", rule, 1, r2.CountedIn))
+			}
+
+			require.NoError(t, store.Refund(ctx, "k", rule, 1<<63-1, r.CountedIn))
+			r, err = store.Take(ctx, "k", rule, 3)
+			require.NoError(t, err)
+			assert.True(t, r.Allowed, "a refund of a huge cost gave the whole quota back")
+		})
+	}
+}
+
 // would otherwise credit units a Take never took.
 func TestNegativeCost(t *testing.T) {
 	for _, a := range algorithms {

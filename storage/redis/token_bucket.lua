@@ -29,10 +29,8 @@ if refund then
   if b == 0 then
     exp = 0
   end
-  result = {1}
 else
   local capacity = burst * window
-  local allowed, retry, counted = 0, 0, 0
   if cost > burst then
     retry = -1
   elseif debt + cost * window <= capacity then
@@ -46,7 +44,8 @@ else
   else
     retry = idiv(debt + cost * window - capacity + limit - 1, limit)
   end
-  result = {allowed, burst, math.max(0, burst - idiv(debt + window - 1, window)), idiv(debt + limit - 1, limit), retry, counted}
+  remaining = math.max(0, burst - idiv(debt + window - 1, window))
+  reset = idiv(debt + limit - 1, limit)
 end
 
 if exp and b >= 1099511627776 then
