@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"time"
 
@@ -133,10 +134,75 @@ type Config struct {
 	// arrives at a full shard, it takes the slot of the key closest to its
 	// reset among 8 sampled at random (an expired key always is), which
 	// starts afresh if it returns. Must be >= 0; zero means the default.
-	// Unused with Storage.
+	// With Storage, it caps the FailFallback limiter.
 	//
 	// Default: 1 << 20 (1,048,576 keys)
 	MaxKeys int
+
+	// FailurePolicy says what happens to a request when Storage fails (an
+	// error, or no answer within StorageTimeout) or while the breaker keeps
+	// requests off a failing Storage: FailFallback decides it with a
+	// per-replica in-memory limiter of the same rule, FailOpen admits it,
+	// FailClosed rejects it with 503. Unused without Storage.
+	//
+	// Default: FailFallback
+	FailurePolicy FailurePolicy
+
+	// StorageTimeout bounds each call to Storage. A call that takes longer
+	// counts as a failure, and the request goes to FailurePolicy at once.
+	// For a go-redis client without ContextTimeoutEnabled (the go-redis
+	// default) and for a fiber.Storage, which takes no context, the call
+	// runs on its own goroutine so that the request need not wait for it.
+	// Must be >= 0; zero means the default. Unused without Storage.
+	//
+	// Default: 100 * time.Millisecond
+	StorageTimeout time.Duration
+
+	// BreakerFailures is how many Storage calls in a row must fail before
+	// the breaker opens: requests then go straight to FailurePolicy without
+	// waiting on Storage, for BreakerCooldown, after which one request
+	// probes Storage again; the breaker closes on the first call that
+	// succeeds. Must be >= 0; zero means the default. Unused without
+	// Storage.
+	//
+	// Default: 5
+	BreakerFailures int
+
+	// BreakerCooldown is how long an open breaker keeps requests off
+	// Storage before it lets one through as a probe. Must be >= 0; zero
+	// means the default. Unused without Storage.
+	//
+	// Default: 500 * time.Millisecond
+	BreakerCooldown time.Duration
+
+	// OnStorageError, when set, is told about Storage failures, for logs and
+	// metrics: at the first failure, then at most once per second while
+	// failures go on, each time with a *StorageError holding the latest
+	// error and the number of failed calls since the previous report. It is
+	// called on the request's goroutine and should return quickly.
+	//
+	// Optional. Default: nil
+	OnStorageError func(err error)
+
+	// DenyCacheKeys is the size of the deny cache, in keys: when Storage
+	// rejects a request, the key is rejected locally, without a call to
+	// Storage, until its RetryAfter has passed, for requests of the same or a
+	// larger cost under the same limit. A flood on an exhausted key then
+	// costs Storage about one call per replica per RetryAfter. The cache
+	// takes about 48 bytes a key, allocated at New, and forgets the key
+	// closest to its end when full. Its only effect on decisions is timing:
+	// a credit within that period (a refund by another replica) is seen only
+	// once the period ends. A refund on this replica clears the key. Must be
+	// >= 0; zero means the default. Unused without Storage.
+	//
+	// Default: 8192
+	DenyCacheKeys int
+
+	// DisableDenyCache turns the deny cache off: every request goes to
+	// Storage.
+	//
+	// Default: false
+	DisableDenyCache bool
 
 	// clock, when set, replaces the wall clock (tests only): ms since any
 	// fixed origin.
@@ -157,6 +223,11 @@ var ConfigDefault = Config{
 	LimiterMiddleware: FixedWindow{},
 	KeyPrefix:         "limiter:",
 	MaxKeys:           1 << 20,
+	FailurePolicy:     FailFallback,
+	StorageTimeout:    100 * time.Millisecond,
+	BreakerFailures:   5,
+	BreakerCooldown:   500 * time.Millisecond,
+	DenyCacheKeys:     8192,
 }
 
 // configDefault validates the user's config and fills in the defaults. It
@@ -173,13 +244,33 @@ func configDefault(config ...Config) Config {
 	}
 	if cfg.KeyGenerator == nil {
 		cfg.KeyGenerator = cfg.Key
+	} else if cfg.Key != nil {
+		panic("limiter: Key (deprecated) and KeyGenerator are both set; set only KeyGenerator")
 	}
 	if cfg.Storage == nil {
 		cfg.Storage = cfg.Store
+	} else if cfg.Store != nil {
+		panic("limiter: Store (deprecated) and Storage are both set; set only Storage")
+	}
+	if cfg.DisableDenyCache && cfg.DenyCacheKeys != 0 {
+		panic(fmt.Sprintf("limiter: DenyCacheKeys is %d but DisableDenyCache is set; set only one", cfg.DenyCacheKeys))
 	}
 	checkNonNegative("Max", cfg.Max)
 	checkNonNegative("Burst", cfg.Burst)
 	checkNonNegative("MaxKeys", cfg.MaxKeys)
+	checkNonNegative("BreakerFailures", cfg.BreakerFailures)
+	checkNonNegative("DenyCacheKeys", cfg.DenyCacheKeys)
+	if cfg.DenyCacheKeys > maxDenyCacheKeys {
+		panic(fmt.Sprintf("limiter: DenyCacheKeys is %d; it must be at most %d (it is allocated at New)", cfg.DenyCacheKeys, maxDenyCacheKeys))
+	}
+	if cfg.BreakerFailures > math.MaxInt32 {
+		panic(fmt.Sprintf("limiter: BreakerFailures is %d; it must be at most %d", cfg.BreakerFailures, math.MaxInt32))
+	}
+	checkNonNegativeDuration("StorageTimeout", cfg.StorageTimeout)
+	checkNonNegativeDuration("BreakerCooldown", cfg.BreakerCooldown)
+	if cfg.FailurePolicy > FailClosed {
+		panic(fmt.Sprintf("limiter: FailurePolicy is %d; it must be FailFallback, FailOpen or FailClosed", cfg.FailurePolicy))
+	}
 	if cfg.Expiration < 0 || (cfg.Expiration > 0 && cfg.Expiration < time.Millisecond) {
 		panic(fmt.Sprintf("limiter: Expiration is %v; it must be 0 (default %v) or at least 1ms", cfg.Expiration, ConfigDefault.Expiration))
 	}
@@ -206,6 +297,18 @@ func configDefault(config ...Config) Config {
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = ConfigDefault.MaxKeys
 	}
+	if cfg.StorageTimeout == 0 {
+		cfg.StorageTimeout = ConfigDefault.StorageTimeout
+	}
+	if cfg.BreakerFailures == 0 {
+		cfg.BreakerFailures = ConfigDefault.BreakerFailures
+	}
+	if cfg.BreakerCooldown == 0 {
+		cfg.BreakerCooldown = ConfigDefault.BreakerCooldown
+	}
+	if cfg.DenyCacheKeys == 0 && !cfg.DisableDenyCache {
+		cfg.DenyCacheKeys = ConfigDefault.DenyCacheKeys
+	}
 	window := windowMillis(cfg.Expiration)
 	checkProduct("Max", cfg.Max, window)
 	checkProduct("Burst", cfg.Burst, window)
@@ -215,6 +318,12 @@ func configDefault(config ...Config) Config {
 func checkNonNegative(field string, v int) {
 	if v < 0 {
 		panic(fmt.Sprintf("limiter: %s is %d; it must be >= 0 (0 means the default)", field, v))
+	}
+}
+
+func checkNonNegativeDuration(field string, d time.Duration) {
+	if d < 0 {
+		panic(fmt.Sprintf("limiter: %s is %v; it must be >= 0 (0 means the default)", field, d))
 	}
 }
 

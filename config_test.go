@@ -26,6 +26,16 @@ func TestInvalidConfigPanicsNamingTheField(t *testing.T) {
 		{"Burst beyond exact arithmetic", Config{Burst: 1 << 33, LimiterMiddleware: TokenBucket{}}, "limiter: Burst is 8589934592"},
 		{"nil pointer algorithm", Config{LimiterMiddleware: (*SlidingWindow)(nil)}, "limiter: LimiterMiddleware is a nil *limiter.SlidingWindow"},
 		{"algorithm returning nil", Config{LimiterMiddleware: nilHandler{}}, "limiter: LimiterMiddleware limiter.nilHandler returned a nil handler"},
+		{"negative StorageTimeout", Config{StorageTimeout: -time.Millisecond}, "limiter: StorageTimeout is -1ms; it must be >= 0"},
+		{"negative BreakerCooldown", Config{BreakerCooldown: -time.Second}, "limiter: BreakerCooldown is -1s; it must be >= 0"},
+		{"negative BreakerFailures", Config{BreakerFailures: -1}, "limiter: BreakerFailures is -1; it must be >= 0"},
+		{"BreakerFailures beyond int32", Config{BreakerFailures: 1 << 31}, "limiter: BreakerFailures is 2147483648; it must be at most 2147483647"},
+		{"negative DenyCacheKeys", Config{DenyCacheKeys: -1}, "limiter: DenyCacheKeys is -1; it must be >= 0"},
+		{"huge DenyCacheKeys", Config{DenyCacheKeys: 1 << 30}, "limiter: DenyCacheKeys is 1073741824; it must be at most 16777216"},
+		{"DenyCacheKeys with DisableDenyCache", Config{DenyCacheKeys: 10, DisableDenyCache: true}, "limiter: DenyCacheKeys is 10 but DisableDenyCache is set"},
+		{"unknown FailurePolicy", Config{FailurePolicy: 7}, "limiter: FailurePolicy is 7; it must be FailFallback, FailOpen or FailClosed"},
+		{"Key and KeyGenerator", Config{Key: headerKey, KeyGenerator: headerKey}, "limiter: Key (deprecated) and KeyGenerator are both set"},
+		{"Store and Storage", Config{Store: newMapStorage(), Storage: newMapStorage()}, "limiter: Store (deprecated) and Storage are both set"},
 		{"Duration and Expiration disagree", Config{Duration: time.Second, Expiration: time.Minute}, "limiter: Duration (deprecated) is 1s and Expiration is 1m0s"},
 	}
 	for _, tt := range tests {
@@ -53,6 +63,11 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, FixedWindow{}, cfg.LimiterMiddleware)
 	assert.NotNil(t, cfg.KeyGenerator)
 	assert.NotNil(t, cfg.LimitReached)
+	assert.Equal(t, FailFallback, cfg.FailurePolicy)
+	assert.Equal(t, 100*time.Millisecond, cfg.StorageTimeout)
+	assert.Equal(t, 5, cfg.BreakerFailures)
+	assert.Equal(t, 500*time.Millisecond, cfg.BreakerCooldown)
+	assert.Equal(t, 8192, cfg.DenyCacheKeys)
 
 	// Fiber's deprecated fields still work.
 	key := func(*fiber.Ctx) string { return "k" }

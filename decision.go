@@ -32,7 +32,19 @@ type Decision struct {
 	// countedIn identifies where an admitted cost was counted (the window's
 	// start in ms for the windows), so a refund credits that same window.
 	countedIn int64
+	// source is what decided: the backend, or, in front of a store, the
+	// deny cache or the fallback limiter.
+	source decisionSource
 }
+
+// decisionSource says what made a Decision.
+type decisionSource uint8
+
+const (
+	fromBackend   decisionSource = iota // the in-memory manager or the store
+	fromDenyCache                       // a store's earlier rejection, kept locally
+	fromFallback                        // the in-memory fallback of FailFallback
+)
 
 // rule is everything a backend needs, besides the key and the cost, to decide.
 // Times are integers in milliseconds, in both backends: the Redis twins of

@@ -52,6 +52,9 @@ type handler struct {
 	skipFailed     bool
 	skipSuccessful bool
 	headers        headerWriter
+	// retryUnavailable is the Retry-After of FailClosed's 503: the breaker's
+	// cool-down in whole seconds, at least 1.
+	retryUnavailable []byte
 }
 
 // newHandler builds the middleware for alg. cfg may come straight from a
@@ -94,13 +97,15 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 			h.keyFunc = (&ipKeyer{}).key
 		}
 	} else if conn, ok := cfg.Storage.(redisConn); ok {
-		h.backend = newRedisBackend(conn, alg, cfg.KeyPrefix, clock)
+		client := conn.Conn()
+		h.backend = newGuardedStore(newRedisBackend(conn, alg, cfg.KeyPrefix, clock), honorsContext(client), cfg, alg)
 	} else {
 		if clock == nil {
 			clock = wallMillis
 		}
-		h.backend = newStorageBackend(cfg.Storage, alg, cfg.KeyPrefix, clock)
+		h.backend = newGuardedStore(newStorageBackend(cfg.Storage, alg, cfg.KeyPrefix, clock), false, cfg, alg)
 	}
+	h.retryUnavailable = []byte(strconv.FormatInt(max(1, ceilSeconds(cfg.BreakerCooldown)), 10))
 	return h.serve
 }
 
@@ -134,7 +139,14 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	}
 	ctx := h.context(c)
 	d, err := h.backend.take(ctx, key, r, cost)
-	if err != nil {
+	switch err {
+	case nil:
+	case errFailOpen:
+		return c.Next()
+	case errFailClosed:
+		c.Response().Header.SetBytesV(fiber.HeaderRetryAfter, h.retryUnavailable)
+		return c.SendStatus(fiber.StatusServiceUnavailable)
+	default:
 		return fmt.Errorf("limiter: rate-limit storage failed: %w", err)
 	}
 	h.headers.write(c, d)

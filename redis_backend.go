@@ -36,6 +36,21 @@ func newRedisBackend(storage redisConn, alg algorithm, prefix string, clock func
 	return &redisBackend{store: store, alg: algs[alg], prefix: prefix + alg.name() + ":"}
 }
 
+// honorsContext reports whether client returns by a context's deadline: a
+// go-redis client does only with ContextTimeoutEnabled set; otherwise it
+// waits for its own ReadTimeout (3 s by default) whatever the context says.
+func honorsContext(client goredis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *goredis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *goredis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *goredis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
 func (b *redisBackend) rule(r rule) redis.Rule {
 	return redis.Rule{Algorithm: b.alg, Limit: r.limit, Burst: r.burst, Window: time.Duration(r.window) * time.Millisecond}
 }

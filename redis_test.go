@@ -29,6 +29,17 @@ func replicaHandler(cfg Config) fasthttp.RequestHandler {
 	return app.Handler()
 }
 
+// strict makes cfg's Storage failures visible instead of handled: FailClosed
+// answers 503, which hammer reports, and the timeout is long enough for a
+// loaded machine under the race detector. A test of exactness would
+// otherwise pass a slow call to the per-replica fallback, which is right
+// in production and wrong for what such a test shows.
+func strict(cfg Config) Config {
+	cfg.FailurePolicy = FailClosed
+	cfg.StorageTimeout = 10 * time.Second
+	return cfg
+}
+
 // hammer sends requests for key spread over the replicas from callers
 // goroutines and returns how many were admitted. Any status but 200 and 429
 // fails the test.
@@ -86,9 +97,9 @@ func TestRedisExactAcrossReplicas(t *testing.T) {
 				for range 3 {
 					storage := newStorage()
 					t.Cleanup(func() { _ = storage.Close() })
-					replicas = append(replicas, replicaHandler(Config{
+					replicas = append(replicas, replicaHandler(strict(Config{
 						Max: max, Expiration: 1000 * time.Hour, Storage: storage, LimiterMiddleware: alg.mw,
-					}))
+					})))
 				}
 				for round := range rounds {
 					key := "exact-" + name + "-" + strconv.Itoa(round)
@@ -107,10 +118,10 @@ func TestRedisCluster(t *testing.T) {
 		t.Run(alg.name, func(t *testing.T) {
 			var replicas []fasthttp.RequestHandler
 			for range 3 {
-				replicas = append(replicas, replicaHandler(Config{
+				replicas = append(replicas, replicaHandler(strict(Config{
 					Max: 2, Expiration: time.Hour, Storage: redis.New(cluster.Client(t)), LimiterMiddleware: alg.mw,
 					KeyPrefix: "cluster-" + alg.name + ":",
-				}))
+				})))
 			}
 			for i := range 1000 {
 				require.Equal(t, 2, hammer(t, replicas, "k"+strconv.Itoa(i), 3, 1), "key %d", i)
@@ -186,10 +197,10 @@ func TestRedisRefunds(t *testing.T) {
 			for name, storage := range backends {
 				clock := &testClock{}
 				clock.advance(time.Hour)
-				app := newApp(Config{
+				app := newApp(strict(Config{
 					Max: 2, Expiration: time.Second, Storage: storage, LimiterMiddleware: alg.mw,
 					SkipFailedRequests: true, KeyPrefix: "refund-" + alg.name + ":",
-				}, clock, func(c *fiber.Ctx) error {
+				}), clock, func(c *fiber.Ctx) error {
 					switch c.Path() {
 					case "/bad":
 						return fiber.ErrBadRequest
@@ -215,7 +226,7 @@ func TestRedisRefunds(t *testing.T) {
 func TestRedisScriptFlushAndRestart(t *testing.T) {
 	server := redistest.Start(t)
 	client := server.Client(t)
-	app := newApp(Config{Max: 100, Storage: redis.New(client), LimiterMiddleware: SlidingWindow{}}, nil, nil)
+	app := newApp(strict(Config{Max: 100, Storage: redis.New(client), LimiterMiddleware: SlidingWindow{}}), nil, nil)
 	require.Equal(t, 200, get(t, app, "/", "").StatusCode)
 	require.NoError(t, client.ScriptFlush(context.Background()).Err())
 	resp := get(t, app, "/", "")
@@ -277,7 +288,7 @@ func TestRedisClockSkew(t *testing.T) {
 		for _, clock := range clocks {
 			cfg := Config{Max: 10, Expiration: 5 * time.Second, Storage: redis.New(server.Client(t))}
 			cfg.clock = clock
-			replicas = append(replicas, replicaHandler(cfg))
+			replicas = append(replicas, replicaHandler(strict(cfg)))
 		}
 		return hammer(t, replicas, key, 40, 1)
 	}

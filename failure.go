@@ -1,0 +1,101 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+)
+
+// FailurePolicy says what the limiter does with a request when its Storage
+// fails or the breaker keeps requests off it (Config.FailurePolicy).
+type FailurePolicy uint8
+
+const (
+	// FailFallback decides the request with an in-memory limiter of this
+	// replica, with the same rule and key. It keeps limiting while Storage
+	// is down, each replica on its own: N replicas admit up to N times the
+	// limit between them. Its headers are those of the local decision. The
+	// default.
+	FailFallback FailurePolicy = iota
+	// FailOpen admits the request, uncounted and without rate-limit headers.
+	FailOpen
+	// FailClosed rejects the request with 503 Service Unavailable and a
+	// Retry-After of the breaker's cool-down (at least 1 s), without
+	// rate-limit headers.
+	FailClosed
+)
+
+// String returns the policy's name, as in the constant's name.
+func (p FailurePolicy) String() string {
+	switch p {
+	case FailFallback:
+		return "FailFallback"
+	case FailOpen:
+		return "FailOpen"
+	case FailClosed:
+		return "FailClosed"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", uint8(p))
+}
+
+// ErrStorageTimeout is the error of a Storage call that did not answer
+// within Config.StorageTimeout.
+var ErrStorageTimeout = errors.New("limiter: storage call timed out")
+
+// StorageError is what Config.OnStorageError receives.
+type StorageError struct {
+	// Err is the latest failure: the storage's error, or one wrapping
+	// ErrStorageTimeout.
+	Err error
+	// Failures is the number of failed calls since the previous report,
+	// including this one.
+	Failures int
+	// BreakerOpen reports whether the breaker is open: requests are going
+	// to the FailurePolicy without waiting on Storage.
+	BreakerOpen bool
+}
+
+// Error describes the failure.
+func (e *StorageError) Error() string {
+	state := "closed"
+	if e.BreakerOpen {
+		state = "open"
+	}
+	return fmt.Sprintf("limiter: %d storage call(s) failed since the last report (breaker %s): %v", e.Failures, state, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *StorageError) Unwrap() error { return e.Err }
+
+// errorReportInterval is the least time between two calls of
+// Config.OnStorageError, in ms.
+const errorReportInterval = 1000
+
+// errorReporter calls the user's hook with storage failures: the first at
+// once, then at most once per errorReportInterval, counting the failures
+// in between.
+type errorReporter struct {
+	hook    func(error)
+	last    atomic.Int64 // ms of the last report
+	pending atomic.Int64 // failures not reported yet
+}
+
+func newErrorReporter(hook func(error)) *errorReporter {
+	r := &errorReporter{hook: hook}
+	r.last.Store(math.MinInt64 / 2)
+	return r
+}
+
+// failed records a failure at now (ms) and reports it if it is time to.
+func (r *errorReporter) failed(now int64, err error, breakerOpen bool) {
+	if r.hook == nil {
+		return
+	}
+	r.pending.Add(1)
+	last := r.last.Load()
+	if now-last < errorReportInterval || !r.last.CompareAndSwap(last, now) {
+		return
+	}
+	r.hook(&StorageError{Err: err, Failures: int(r.pending.Swap(0)), BreakerOpen: breakerOpen})
+}
