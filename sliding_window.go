@@ -59,7 +59,10 @@ func (w slidingWindow) take(s state, now int64, r rule, cost int64) (state, Deci
 	switch {
 	case cost > r.limit:
 		d.RetryAfter = InfDuration
-	case weighted+(cur+cost)*r.window <= r.limit*r.window:
+	// A request may reach a key a few ms late (the manager times a request
+	// by its start), and be judged against counts that grew after its time,
+	// which may sit above the limit there: a cost of 0 still fits.
+	case cost == 0 || weighted+(cur+cost)*r.window <= r.limit*r.window:
 		cur += cost
 		s.a, s.b, s.c = start, cur, uint32(prev)
 		d.Allowed = true

@@ -59,7 +59,15 @@ func (b tokenBucket) take(s state, now int64, r rule, cost int64) (state, Decisi
 // again would let a later request through twice (a slow failed request
 // refunded after the bucket had already refilled).
 func (b tokenBucket) refund(s state, now int64, r rule, cost int64, d Decision) state {
-	credit := min(cost*r.window, max(0, (d.countedIn-now)*r.limit))
+	credit := int64(0)
+	if ahead := d.countedIn - now; ahead > 0 {
+		// min(cost*W, ahead*limit), without forming ahead*limit when it
+		// would be larger than cost*W (and might overflow).
+		credit = cost * r.window
+		if ahead < ceilDiv(credit, r.limit) {
+			credit = ahead * r.limit
+		}
+	}
 	return state{a: max(now, s.a), b: max(0, b.debtAt(s, now, r)-credit)}
 }
 

@@ -49,7 +49,7 @@ else
   local weighted = prev * (window - elapsed)
   if cost > limit then
     retry = -1
-  elseif weighted + (cur + cost) * window <= limit * window then
+  elseif cost == 0 or weighted + (cur + cost) * window <= limit * window then
     cur = cur + cost
     allowed, counted = 1, start
     if cur > 0 then
