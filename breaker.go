@@ -49,9 +49,22 @@ func (b *breaker) succeeded(probe bool) {
 	}
 }
 
-// failed records a failed call at now.
-func (b *breaker) failed(now int64, probe bool) {
-	until := now + b.cooldown
+// reprobeAfter is how soon (ms) an open breaker probes again after a probe
+// that the store refused at once, rather than after a whole cool-down: such
+// a probe costs its request no wait. A go-redis pool that has failed to
+// dial many times in a row refuses every call at once until its own
+// background dial succeeds (it tries once a second), so frequent cheap
+// probes find the store back within about that second.
+const reprobeAfter = 50
+
+// failed records a failed call at now. quick says the store refused the
+// call at once (an error, not a timeout).
+func (b *breaker) failed(now int64, probe, quick bool) {
+	wait := b.cooldown
+	if probe && quick {
+		wait = min(wait, reprobeAfter)
+	}
+	until := now + wait
 	if until == 0 {
 		until = 1 // 0 means closed
 	}

@@ -107,8 +107,8 @@ func TestFailurePolicies(t *testing.T) {
 
 // The breaker: after BreakerFailures failed calls in a row, requests stop
 // reaching the storage; after BreakerCooldown one request probes it (a
-// failed probe waits another cool-down), and once a probe succeeds the
-// shared count is used again.
+// probe that the storage refuses at once is retried 50 ms later), and once
+// a probe succeeds the shared count is used again.
 func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	store := newFlakyStorage(t)
 	clock := &testClock{}
@@ -135,19 +135,24 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	send(5)
 	assert.Equal(t, int64(6), store.gets.Load(), "one probe after the cool-down")
 
-	clock.advance(500 * time.Millisecond)
+	clock.advance(49 * time.Millisecond)
+	send(5)
+	assert.Equal(t, int64(6), store.gets.Load(), "a probe refused at once is retried 50 ms later, not sooner")
+	clock.advance(time.Millisecond)
+	send(5)
+	assert.Equal(t, int64(7), store.gets.Load(), "the second probe")
+
+	clock.advance(50 * time.Millisecond)
 	store.mode.Store(storageUp)
 	send(5)
-	assert.Equal(t, int64(6), store.gets.Load(), "a failed probe opens it for another cool-down")
-	clock.advance(500 * time.Millisecond)
-	send(5)
-	assert.Equal(t, int64(11), store.gets.Load(), "the probe succeeded: every request calls again")
-	assert.Equal(t, "92", get(t, app, "/", "").Header.Get("X-RateLimit-Remaining"), "the shared count (8 taken), not the fallback's (25)")
+	assert.Equal(t, int64(12), store.gets.Load(), "the probe succeeded: every request calls again")
+	assert.Equal(t, "92", get(t, app, "/", "").Header.Get("X-RateLimit-Remaining"), "the shared count (8 taken), not the fallback's (30)")
 }
 
 // A storage call that hangs costs a request StorageTimeout, not more: the
 // request goes to the policy at the deadline, and once the breaker is open
-// requests no longer wait at all.
+// requests no longer wait at all; a probe that times out waits a whole
+// cool-down before the next.
 func TestStorageTimeout(t *testing.T) {
 	store := newFlakyStorage(t)
 	store.mode.Store(storageHung)
@@ -279,6 +284,40 @@ func TestDenyCache(t *testing.T) {
 			clock.advance(time.Millisecond)
 			require.Equal(t, 200, get(t, app, "/", "").StatusCode, "RetryAfter has passed")
 			assert.Equal(t, calls+1, store.gets.Load())
+		})
+	}
+}
+
+// After a probe fails, the next one comes a whole cool-down later when the
+// probe timed out (it cost its request a wait), and 50 ms later when the
+// store refused it at once.
+func TestBreakerReprobeInterval(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		quick bool
+		next  int64
+	}{
+		{"timed out", false, 1000},
+		{"refused at once", true, 50},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBreaker(1, 1000)
+			b.failed(0, false, tt.quick)
+			ok, probe := b.allow(999)
+			require.False(t, ok)
+			ok, probe = b.allow(1000)
+			require.True(t, ok && probe)
+			ok, _ = b.allow(1000)
+			require.False(t, ok, "one probe at a time")
+			b.failed(1000, true, tt.quick)
+			ok, _ = b.allow(1000 + tt.next - 1)
+			require.False(t, ok)
+			ok, probe = b.allow(1000 + tt.next)
+			require.True(t, ok && probe)
+			b.succeeded(true)
+			ok, probe = b.allow(1000 + tt.next)
+			require.True(t, ok)
+			require.False(t, probe, "closed")
 		})
 	}
 }

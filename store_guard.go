@@ -119,11 +119,11 @@ func (g *guardedStore) refund(ctx context.Context, key string, r rule, cost int6
 func (g *guardedStore) failed(ctx context.Context, now int64, probe bool, err error) {
 	if ctx.Err() != nil {
 		if probe {
-			g.breaker.failed(now, true) // let the next request probe after a cool-down
+			g.breaker.failed(now, true, false) // let the next request probe after a cool-down
 		}
 		return
 	}
-	g.breaker.failed(now, probe)
+	g.breaker.failed(now, probe, !errors.Is(err, ErrStorageTimeout))
 	g.reporter.failed(now, err, g.breaker.open())
 }
 
