@@ -129,7 +129,7 @@ type Config struct {
 	// MaxKeys caps how many keys the in-memory manager tracks, so a flood of
 	// distinct keys cannot exhaust memory (a key costs about 64 bytes plus
 	// its length, and keys longer than 64 bytes are kept as a 32-byte
-	// digest). The cap is enforced per shard, MaxKeys/128 keys each (rounded
+	// digest). The cap is enforced per shard, MaxKeys/256 keys each (rounded
 	// up), so it can bite a little before MaxKeys keys in all. When a new key
 	// arrives at a full shard, it takes the slot of the key closest to its
 	// reset among 8 sampled at random (an expired key always is), which

@@ -40,7 +40,7 @@ func (f *floodKeys) key(i int) string {
 // TestFloodOfRandomKeysIsBounded floods managers with a small MaxKeys
 // (4096) with 300,000 random keys of 1 to 200 bytes, 100,000 for each
 // algorithm, and shows the bound Config.MaxKeys documents: no shard ever
-// holds more than ceil(MaxKeys/128) keys, so the manager never tracks more
+// holds more than ceil(MaxKeys/256) keys, so the manager never tracks more
 // than MaxKeys, and the live heap the manager holds afterwards stays within
 // the documented cost of MaxKeys keys (about 64 bytes each plus at most 64
 // key bytes, a longer key being kept as its 32-byte digest) plus a fixed
@@ -50,7 +50,7 @@ func (f *floodKeys) key(i int) string {
 func TestFloodOfRandomKeysIsBounded(t *testing.T) {
 	const (
 		maxKeys  = 4096
-		perShard = (maxKeys + shardCount - 1) / shardCount // 32, the documented per-shard cap
+		perShard = (maxKeys + shardCount - 1) / shardCount // 16, the documented per-shard cap
 		flood    = 100_000                                 // per algorithm: 24 times the cap in every shard
 		// The clock stands still, so no entry ever expires and compaction
 		// drops none: a shard's key count never falls, and its largest
@@ -59,17 +59,17 @@ func TestFloodOfRandomKeysIsBounded(t *testing.T) {
 		// Heap bound. Documented: about 64 B a key (a 40-byte entry, index
 		// slots at most 3/4 full, entry-array slack) plus its stored
 		// bytes, at most maxInlineKey = 64 (a longer key is a 32-byte
-		// digest): 128 B × 4096 keys = 512 KiB. Fixed overhead, 8 KiB a
-		// shard, 1 MiB in all: a shard's arena (at most 32 × 64 B live)
+		// digest): 128 B × 4096 keys = 512 KiB. Fixed overhead, 4 KiB a
+		// shard, 1 MiB in all: a shard's arena (at most 16 × 64 B live)
 		// also holds the bytes of the keys evicted since its last
 		// compaction (at most 16 × 64 B: at the cap it compacts once per
 		// 16 inserts) and its append capacity, up to double, and the
-		// manager itself is 128 shards of about 128 B. Bound: 1.5 MiB.
+		// manager itself is 256 shards of about 128 B. Bound: 1.5 MiB.
 		// Keeping the whole flood would take 100,000 × (64 + ~32 B of
 		// stored key) ≈ 9.6 MB, over 6 times the bound, and so would a
 		// cap 4 times too loose (16,384 × 128 B = 2 MiB).
 		perKey    = 64 + maxInlineKey
-		overhead  = shardCount * 8 << 10
+		overhead  = shardCount * 4 << 10
 		heapBound = maxKeys*perKey + overhead
 	)
 	tests := []struct {
@@ -121,7 +121,7 @@ func requireShardsCapped(t *testing.T, m *manager, perShard, takes int) {
 		s.mu.Lock()
 		n := len(s.entries)
 		s.mu.Unlock()
-		require.LessOrEqual(t, n, perShard, "after %d takes shard %d holds more than ceil(MaxKeys/128) keys", takes, i)
+		require.LessOrEqual(t, n, perShard, "after %d takes shard %d holds more than ceil(MaxKeys/256) keys", takes, i)
 	}
 }
 

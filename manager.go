@@ -32,8 +32,8 @@ import (
 // left. A shard holds at most maxKeys/shardCount keys, so no such step costs
 // more than a few hundred microseconds even at a million keys.
 const (
-	shardCount     = 128
-	shardBits      = 7
+	shardCount     = 256
+	shardBits      = 8
 	sweepPerTake   = 2  // entries looked at in a take's own shard
 	sweepEvery     = 16 // takes per shard between sweeps of another shard
 	sweepPerRotate = 64 // entries looked at in that other shard
