@@ -2,15 +2,18 @@ package limiter
 
 import "sync/atomic"
 
-// breaker keeps requests off a failing store: after threshold failed calls
-// in a row it opens for cooldown ms, during which allow refuses every call;
-// then it lets one call through as a probe, and closes as soon as a call
-// succeeds (a failed probe opens it for another cooldown). Times are ms of
-// a monotonic clock. Safe for concurrent use, without locks.
+// breaker keeps requests off a store that makes them wait: after threshold
+// calls in a row have timed out it opens for cooldown ms, during which
+// allow refuses every call; then it lets one call through as a probe. It
+// closes as soon as a call is answered, even with an error: an error that
+// comes at once costs a request no wait, and may well be about one key (a
+// store that rejects a key's bytes), which must not turn the limiter off
+// for every client. A probe that times out opens it for another cooldown.
+// Times are ms. Safe for concurrent use, without locks.
 type breaker struct {
 	threshold int32
 	cooldown  int64
-	failures  atomic.Int32 // failed calls in a row
+	failures  atomic.Int32 // timed-out calls in a row
 	openUntil atomic.Int64 // 0 when closed
 	probing   atomic.Bool  // a probe is out
 }
@@ -21,7 +24,7 @@ func newBreaker(threshold int, cooldown int64) *breaker {
 
 // allow reports whether a call may go to the store at now, and whether
 // that call is the probe of an open breaker, which must report back with
-// succeeded or failed.
+// answered or timedOut.
 func (b *breaker) allow(now int64) (ok, probe bool) {
 	until := b.openUntil.Load()
 	if until == 0 {
@@ -36,8 +39,9 @@ func (b *breaker) allow(now int64) (ok, probe bool) {
 // open reports whether the breaker is open (a probe may be out).
 func (b *breaker) open() bool { return b.openUntil.Load() != 0 }
 
-// succeeded records a call that the store answered: the breaker closes.
-func (b *breaker) succeeded(probe bool) {
+// answered records a call that the store answered (with a result or an
+// error): the breaker closes.
+func (b *breaker) answered(probe bool) {
 	if b.failures.Load() != 0 {
 		b.failures.Store(0)
 	}
@@ -49,27 +53,17 @@ func (b *breaker) succeeded(probe bool) {
 	}
 }
 
-// reprobeAfter is how soon (ms) an open breaker probes again after a probe
-// that the store refused at once, rather than after a whole cool-down: such
-// a probe costs its request no wait. A go-redis pool that has failed to
-// dial many times in a row refuses every call at once until its own
-// background dial succeeds (it tries once a second), so frequent cheap
-// probes find the store back within about that second.
-const reprobeAfter = 50
-
-// failed records a failed call at now. quick says the store refused the
-// call at once (an error, not a timeout).
-func (b *breaker) failed(now int64, probe, quick bool) {
-	wait := b.cooldown
-	if probe && quick {
-		wait = min(wait, reprobeAfter)
-	}
-	until := now + wait
+// timedOut records a call that timed out at now.
+func (b *breaker) timedOut(now int64, probe bool) {
+	until := now + b.cooldown
 	if until == 0 {
 		until = 1 // 0 means closed
 	}
 	if probe {
-		b.openUntil.Store(until)
+		// Unless a call answered while the probe was out and closed it.
+		if open := b.openUntil.Load(); open != 0 {
+			b.openUntil.CompareAndSwap(open, until)
+		}
 		b.probing.Store(false)
 		return
 	}

@@ -186,11 +186,11 @@ type Config struct {
 
 	// DenyCacheKeys is the size of the deny cache, in keys: when Storage
 	// rejects a request, the key is rejected locally, without a call to
-	// Storage, until its RetryAfter has passed, for requests of the same or a
-	// larger cost under the same limit. A flood on an exhausted key then
+	// Storage, until its RetryAfter has passed, for requests of the same
+	// cost under the same limit. A flood on an exhausted key then
 	// costs Storage about one call per replica per RetryAfter. The cache
-	// takes about 48 bytes a key, allocated at New, and forgets the key
-	// closest to its end when full. Its only effect on decisions is timing:
+	// takes 52 bytes a key, for DenyCacheKeys rounded up to a power of two,
+	// allocated at New, and forgets the key closest to its end when full. Its only effect on decisions is timing:
 	// a credit within that period (a refund by another replica) is seen only
 	// once the period ends. A refund on this replica clears the key. Must be
 	// >= 0; zero means the default. Unused without Storage.
@@ -199,7 +199,7 @@ type Config struct {
 	DenyCacheKeys int
 
 	// DisableDenyCache turns the deny cache off: every request goes to
-	// Storage.
+	// Storage, and DenyCacheKeys is ignored.
 	//
 	// Default: false
 	DisableDenyCache bool
@@ -237,24 +237,27 @@ func configDefault(config ...Config) Config {
 		return ConfigDefault
 	}
 	cfg := config[0]
+	// The deprecated fields move to their successors and are cleared, so
+	// that applying the defaults again (LimiterHandler.New does) finds
+	// nothing to move.
 	if cfg.Expiration == 0 {
 		cfg.Expiration = cfg.Duration
 	} else if cfg.Duration != 0 && cfg.Duration != cfg.Expiration {
 		panic(fmt.Sprintf("limiter: Duration (deprecated) is %v and Expiration is %v; set only Expiration", cfg.Duration, cfg.Expiration))
 	}
+	cfg.Duration = 0
 	if cfg.KeyGenerator == nil {
 		cfg.KeyGenerator = cfg.Key
 	} else if cfg.Key != nil {
 		panic("limiter: Key (deprecated) and KeyGenerator are both set; set only KeyGenerator")
 	}
+	cfg.Key = nil
 	if cfg.Storage == nil {
 		cfg.Storage = cfg.Store
 	} else if cfg.Store != nil {
 		panic("limiter: Store (deprecated) and Storage are both set; set only Storage")
 	}
-	if cfg.DisableDenyCache && cfg.DenyCacheKeys != 0 {
-		panic(fmt.Sprintf("limiter: DenyCacheKeys is %d but DisableDenyCache is set; set only one", cfg.DenyCacheKeys))
-	}
+	cfg.Store = nil
 	checkNonNegative("Max", cfg.Max)
 	checkNonNegative("Burst", cfg.Burst)
 	checkNonNegative("MaxKeys", cfg.MaxKeys)
@@ -266,14 +269,12 @@ func configDefault(config ...Config) Config {
 	if cfg.BreakerFailures > math.MaxInt32 {
 		panic(fmt.Sprintf("limiter: BreakerFailures is %d; it must be at most %d", cfg.BreakerFailures, math.MaxInt32))
 	}
-	checkNonNegativeDuration("StorageTimeout", cfg.StorageTimeout)
-	checkNonNegativeDuration("BreakerCooldown", cfg.BreakerCooldown)
+	checkMillisecondsOrZero("StorageTimeout", cfg.StorageTimeout, ConfigDefault.StorageTimeout)
+	checkMillisecondsOrZero("BreakerCooldown", cfg.BreakerCooldown, ConfigDefault.BreakerCooldown)
 	if cfg.FailurePolicy > FailClosed {
 		panic(fmt.Sprintf("limiter: FailurePolicy is %d; it must be FailFallback, FailOpen or FailClosed", cfg.FailurePolicy))
 	}
-	if cfg.Expiration < 0 || (cfg.Expiration > 0 && cfg.Expiration < time.Millisecond) {
-		panic(fmt.Sprintf("limiter: Expiration is %v; it must be 0 (default %v) or at least 1ms", cfg.Expiration, ConfigDefault.Expiration))
-	}
+	checkMillisecondsOrZero("Expiration", cfg.Expiration, ConfigDefault.Expiration)
 	if cfg.Max == 0 {
 		cfg.Max = ConfigDefault.Max
 	}
@@ -306,7 +307,7 @@ func configDefault(config ...Config) Config {
 	if cfg.BreakerCooldown == 0 {
 		cfg.BreakerCooldown = ConfigDefault.BreakerCooldown
 	}
-	if cfg.DenyCacheKeys == 0 && !cfg.DisableDenyCache {
+	if cfg.DenyCacheKeys == 0 {
 		cfg.DenyCacheKeys = ConfigDefault.DenyCacheKeys
 	}
 	window := windowMillis(cfg.Expiration)
@@ -321,9 +322,11 @@ func checkNonNegative(field string, v int) {
 	}
 }
 
-func checkNonNegativeDuration(field string, d time.Duration) {
-	if d < 0 {
-		panic(fmt.Sprintf("limiter: %s is %v; it must be >= 0 (0 means the default)", field, d))
+// checkMillisecondsOrZero rejects a duration that is negative or below a
+// millisecond, the resolution the limiter keeps time in; 0 means def.
+func checkMillisecondsOrZero(field string, d, def time.Duration) {
+	if d < 0 || (d > 0 && d < time.Millisecond) {
+		panic(fmt.Sprintf("limiter: %s is %v; it must be 0 (default %v) or at least 1ms", field, d, def))
 	}
 }
 

@@ -26,13 +26,14 @@ func TestInvalidConfigPanicsNamingTheField(t *testing.T) {
 		{"Burst beyond exact arithmetic", Config{Burst: 1 << 33, LimiterMiddleware: TokenBucket{}}, "limiter: Burst is 8589934592"},
 		{"nil pointer algorithm", Config{LimiterMiddleware: (*SlidingWindow)(nil)}, "limiter: LimiterMiddleware is a nil *limiter.SlidingWindow"},
 		{"algorithm returning nil", Config{LimiterMiddleware: nilHandler{}}, "limiter: LimiterMiddleware limiter.nilHandler returned a nil handler"},
-		{"negative StorageTimeout", Config{StorageTimeout: -time.Millisecond}, "limiter: StorageTimeout is -1ms; it must be >= 0"},
-		{"negative BreakerCooldown", Config{BreakerCooldown: -time.Second}, "limiter: BreakerCooldown is -1s; it must be >= 0"},
+		{"negative StorageTimeout", Config{StorageTimeout: -time.Millisecond}, "limiter: StorageTimeout is -1ms; it must be 0 (default 100ms) or at least 1ms"},
+		{"sub-millisecond StorageTimeout", Config{StorageTimeout: 100}, "limiter: StorageTimeout is 100ns; it must be 0 (default 100ms) or at least 1ms"},
+		{"negative BreakerCooldown", Config{BreakerCooldown: -time.Second}, "limiter: BreakerCooldown is -1s; it must be 0 (default 500ms) or at least 1ms"},
+		{"sub-millisecond BreakerCooldown", Config{BreakerCooldown: time.Microsecond}, "limiter: BreakerCooldown is 1µs"},
 		{"negative BreakerFailures", Config{BreakerFailures: -1}, "limiter: BreakerFailures is -1; it must be >= 0"},
 		{"BreakerFailures beyond int32", Config{BreakerFailures: 1 << 31}, "limiter: BreakerFailures is 2147483648; it must be at most 2147483647"},
 		{"negative DenyCacheKeys", Config{DenyCacheKeys: -1}, "limiter: DenyCacheKeys is -1; it must be >= 0"},
 		{"huge DenyCacheKeys", Config{DenyCacheKeys: 1 << 30}, "limiter: DenyCacheKeys is 1073741824; it must be at most 16777216"},
-		{"DenyCacheKeys with DisableDenyCache", Config{DenyCacheKeys: 10, DisableDenyCache: true}, "limiter: DenyCacheKeys is 10 but DisableDenyCache is set"},
 		{"unknown FailurePolicy", Config{FailurePolicy: 7}, "limiter: FailurePolicy is 7; it must be FailFallback, FailOpen or FailClosed"},
 		{"Key and KeyGenerator", Config{Key: headerKey, KeyGenerator: headerKey}, "limiter: Key (deprecated) and KeyGenerator are both set"},
 		{"Store and Storage", Config{Store: newMapStorage(), Storage: newMapStorage()}, "limiter: Store (deprecated) and Storage are both set"},
@@ -78,4 +79,25 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Same(t, store, old.Storage.(*mapStorage))
 
 	require.NotPanics(t, func() { New() })
+}
+
+// A Fiber config with the deprecated fields goes through New, which applies
+// the defaults twice (New, then the LimiterHandler's New), and so does a
+// config built from ConfigDefault with the deny cache turned off.
+func TestConfigsThroughNew(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"Key":                          {Key: headerKey},
+		"Store":                        {Store: newMapStorage()},
+		"Duration":                     {Duration: time.Second},
+		"all deprecated":               {Key: headerKey, Store: newMapStorage(), Duration: time.Second, LimiterMiddleware: TokenBucket{}},
+		"ConfigDefault, no deny cache": func() Config { c := ConfigDefault; c.DisableDenyCache = true; c.Storage = newMapStorage(); return c }(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.NotPanics(t, func() { New(cfg) })
+		})
+	}
+	app := newApp(Config{Max: 1, Key: headerKey, Store: newMapStorage()}, &testClock{}, nil)
+	require.Equal(t, 200, get(t, app, "/", "a").StatusCode)
+	require.Equal(t, 429, get(t, app, "/", "a").StatusCode)
+	require.Equal(t, 200, get(t, app, "/", "b").StatusCode, "Key keyed the requests")
 }

@@ -28,6 +28,7 @@ type denyCache struct {
 
 type denySet struct {
 	mu      sync.Mutex
+	gen     uint64 // counts forgets, so a rejection older than a refund is not added
 	entries [denyWays]denyEntry
 }
 
@@ -65,11 +66,14 @@ func (c *denyCache) hash(key string) (*denySet, uint64, uint64) {
 }
 
 // check returns the rejection of a request of cost under r for key at now
-// (ms) when the cache holds one that covers it: the same rule, and a cost
-// at least the rejected one (a larger cost can only wait longer).
-func (c *denyCache) check(key string, now int64, r rule, cost int64) (Decision, bool) {
+// (ms) when the cache holds one for the same rule and the same cost: the
+// store would answer that request with the same rejection, but for the
+// time that has passed. On a miss it returns the key's set's generation,
+// for add.
+func (c *denyCache) check(key string, now int64, r rule, cost int64) (Decision, bool, uint64) {
 	set, h1, h2 := c.hash(key)
 	set.mu.Lock()
+	defer set.mu.Unlock()
 	for i := range set.entries {
 		e := &set.entries[i]
 		if e.h1 != h1 || e.h2 != h2 || e.until == 0 {
@@ -79,27 +83,26 @@ func (c *denyCache) check(key string, now int64, r rule, cost int64) (Decision, 
 			*e = denyEntry{}
 			break
 		}
-		if int64(e.limit) != r.limit || int64(e.burst) != r.burst || cost < int64(e.cost) {
+		if int64(e.limit) != r.limit || int64(e.burst) != r.burst || int64(e.cost) != cost {
 			break
 		}
 		retry := e.until - now
-		d := Decision{
+		return Decision{
 			Limit:      int(e.burst), // the capacity: burst equals limit but for the bucket
 			Remaining:  int(e.remaining),
 			ResetAfter: millis(max(e.reset-now, retry)),
 			RetryAfter: millis(retry),
 			source:     fromDenyCache,
-		}
-		set.mu.Unlock()
-		return d, true
+		}, true, 0
 	}
-	set.mu.Unlock()
-	return Decision{}, false
+	return Decision{}, false, set.gen
 }
 
 // add records that the store rejected a request of cost for key at now
-// with d. A rejection without a finite, positive RetryAfter is not kept.
-func (c *denyCache) add(key string, now int64, r rule, cost int64, d Decision) {
+// with d, unless the key's set was told of a refund (forget) since check
+// returned gen: the rejection may predate the credit. A rejection without
+// a finite, positive RetryAfter is not kept.
+func (c *denyCache) add(key string, now int64, r rule, cost int64, d Decision, gen uint64) {
 	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter == InfDuration || cost <= 0 || r.limit > maxLimit || r.burst > maxLimit {
 		return
 	}
@@ -117,6 +120,10 @@ func (c *denyCache) add(key string, now int64, r rule, cost int64, d Decision) {
 	set, h1, h2 := c.hash(key)
 	e.h1, e.h2 = h1, h2
 	set.mu.Lock()
+	if set.gen != gen {
+		set.mu.Unlock()
+		return
+	}
 	slot := 0
 	for i := range set.entries {
 		o := &set.entries[i]
@@ -136,6 +143,7 @@ func (c *denyCache) add(key string, now int64, r rule, cost int64, d Decision) {
 func (c *denyCache) forget(key string) {
 	set, h1, h2 := c.hash(key)
 	set.mu.Lock()
+	set.gen++
 	for i := range set.entries {
 		if e := &set.entries[i]; e.h1 == h1 && e.h2 == h2 {
 			*e = denyEntry{}

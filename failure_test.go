@@ -1,8 +1,11 @@
 package limiter
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,8 +22,11 @@ import (
 // (its Gets).
 type flakyStorage struct {
 	*mapStorage
-	mode    atomic.Int32 // storageUp, storageErr or storageHung
+	mode    atomic.Int32 // storageUp, storageErr, storageHung or storagePanic
+	badKey  string       // a key the storage rejects at once, as a SQL column too short for it would
 	gets    atomic.Int64
+	gotten  atomic.Int64  // Gets that returned
+	hangKey string        // a key whose calls hang, whatever the mode, until unhang
 	release chan struct{} // closed to let hung calls go on
 	once    sync.Once
 }
@@ -29,6 +35,7 @@ const (
 	storageUp = iota
 	storageErr
 	storageHung
+	storagePanic
 )
 
 var errStorageDown = errors.New("storage down")
@@ -41,27 +48,39 @@ func newFlakyStorage(t *testing.T) *flakyStorage {
 
 func (s *flakyStorage) unhang() { s.once.Do(func() { close(s.release) }) }
 
-func (s *flakyStorage) fail() error {
+func (s *flakyStorage) fail(key string) error {
+	if key == s.badKey {
+		return errors.New("key too long for its column")
+	}
+	if key == s.hangKey {
+		<-s.release
+	}
 	switch s.mode.Load() {
 	case storageErr:
 		return errStorageDown
 	case storageHung:
 		<-s.release
-		return errStorageDown
+		if s.mode.Load() == storageHung {
+			return errStorageDown
+		}
+		return s.fail(key) // as the mode is now
+	case storagePanic:
+		panic("storage bug")
 	}
 	return nil
 }
 
 func (s *flakyStorage) Get(key string) ([]byte, error) {
 	s.gets.Add(1)
-	if err := s.fail(); err != nil {
+	defer s.gotten.Add(1)
+	if err := s.fail(key); err != nil {
 		return nil, err
 	}
 	return s.mapStorage.Get(key)
 }
 
 func (s *flakyStorage) Set(key string, val []byte, exp time.Duration) error {
-	if err := s.fail(); err != nil {
+	if err := s.fail(key); err != nil {
 		return err
 	}
 	return s.mapStorage.Set(key, val, exp)
@@ -105,48 +124,99 @@ func TestFailurePolicies(t *testing.T) {
 	}
 }
 
-// The breaker: after BreakerFailures failed calls in a row, requests stop
-// reaching the storage; after BreakerCooldown one request probes it (a
-// probe that the storage refuses at once is retried 50 ms later), and once
-// a probe succeeds the shared count is used again.
+// The breaker opens after BreakerFailures timed-out calls in a row: then
+// requests do not wait on the storage; after BreakerCooldown one request
+// probes it (a probe that times out opens it again), and the first answer
+// closes it: the shared count is used again.
 func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	store := newFlakyStorage(t)
 	clock := &testClock{}
+	const timeout = 20 * time.Millisecond
 	app := newApp(Config{
-		Max: 100, Expiration: time.Hour, Storage: store,
+		Max: 100, Expiration: time.Hour, Storage: store, StorageTimeout: timeout,
 		BreakerFailures: 3, BreakerCooldown: time.Second,
 	}, clock, nil)
-	send := func(n int) {
-		for range n {
-			require.Equal(t, 200, get(t, app, "/", "").StatusCode)
-		}
+	waited := func() bool { // sends a request: did it wait for the timeout?
+		start := time.Now()
+		require.Equal(t, 200, get(t, app, "/", "").StatusCode)
+		return time.Since(start) >= timeout
 	}
 
-	send(2)
-	require.Equal(t, int64(2), store.gets.Load())
-	store.mode.Store(storageErr)
-	send(10) // 3 failures open the breaker; the rest do not call
-	assert.Equal(t, int64(5), store.gets.Load(), "3 failed calls, then none")
-
+	require.False(t, waited())
+	require.False(t, waited())
+	store.mode.Store(storageHung)
+	for i := range 3 {
+		require.True(t, waited(), "timeout %d", i)
+	}
+	for i := range 5 {
+		require.False(t, waited(), "request %d: the breaker is open", i)
+	}
 	clock.advance(999 * time.Millisecond)
-	send(5)
-	assert.Equal(t, int64(5), store.gets.Load(), "still cooling down")
+	require.False(t, waited(), "still cooling down")
 	clock.advance(time.Millisecond)
-	send(5)
-	assert.Equal(t, int64(6), store.gets.Load(), "one probe after the cool-down")
+	require.True(t, waited(), "the probe after the cool-down")
+	require.False(t, waited(), "the probe timed out: open again")
 
-	clock.advance(49 * time.Millisecond)
-	send(5)
-	assert.Equal(t, int64(6), store.gets.Load(), "a probe refused at once is retried 50 ms later, not sooner")
-	clock.advance(time.Millisecond)
-	send(5)
-	assert.Equal(t, int64(7), store.gets.Load(), "the second probe")
-
-	clock.advance(50 * time.Millisecond)
+	clock.advance(time.Second)
 	store.mode.Store(storageUp)
-	send(5)
-	assert.Equal(t, int64(12), store.gets.Load(), "the probe succeeded: every request calls again")
-	assert.Equal(t, "92", get(t, app, "/", "").Header.Get("X-RateLimit-Remaining"), "the shared count (8 taken), not the fallback's (30)")
+	store.unhang()
+	require.False(t, waited(), "the probe")
+	assert.Equal(t, "96", get(t, app, "/", "").Header.Get("X-RateLimit-Remaining"),
+		"closed: the shared count (2, the probe and this one), not the fallback's (9)")
+}
+
+// Errors that the storage answers at once do not open the breaker: a client
+// whose key the storage rejects cannot switch the limiter off for others.
+func TestQuickErrorsDoNotOpenTheBreaker(t *testing.T) {
+	store := newFlakyStorage(t)
+	store.badKey = "limiter:fw:evil key"
+	app := newApp(Config{
+		Max: 1, Storage: store, KeyGenerator: headerKey, FailurePolicy: FailClosed, BreakerFailures: 2,
+	}, &testClock{}, nil)
+	for range 20 {
+		require.Equal(t, 503, get(t, app, "/", "evil key").StatusCode)
+	}
+	assert.Equal(t, 200, get(t, app, "/", "alice").StatusCode)
+	assert.Equal(t, 429, get(t, app, "/", "alice").StatusCode, "the storage still decides for others")
+}
+
+// A storage call that panics is a failure like any other: the policy
+// answers, the process survives (the call runs on a goroutine, where
+// Fiber's recover middleware could not catch it), and the next call works.
+func TestStoragePanicIsAFailure(t *testing.T) {
+	store := newFlakyStorage(t)
+	var reported atomic.Int64
+	app := newApp(Config{Max: 5, Storage: store, FailurePolicy: FailClosed, OnStorageError: func(err error) {
+		assert.ErrorContains(t, err, "storage call panicked: storage bug")
+		reported.Add(1)
+	}}, &testClock{}, nil)
+	store.mode.Store(storagePanic)
+	require.Equal(t, 503, get(t, app, "/", "").StatusCode)
+	assert.Equal(t, int64(1), reported.Load())
+	store.mode.Store(storageUp)
+	require.Equal(t, 200, get(t, app, "/", "").StatusCode)
+}
+
+// A request whose own context has ended (the client left, or the
+// application gave it a deadline) is still decided by the storage: under
+// FailOpen it would otherwise be admitted uncounted.
+func TestEndedUserContextIsStillLimited(t *testing.T) {
+	store := newFlakyStorage(t)
+	clock := &testClock{}
+	cfg := Config{Max: 1, Storage: store, FailurePolicy: FailOpen, clock: clock.millis}
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(func(c *fiber.Ctx) error {
+		ctx, cancel := context.WithCancel(c.UserContext())
+		cancel()
+		c.SetUserContext(ctx)
+		return c.Next()
+	})
+	app.Use(New(cfg))
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+	require.Equal(t, 200, get(t, app, "/", "").StatusCode)
+	for range 5 {
+		require.Equal(t, 429, get(t, app, "/", "").StatusCode)
+	}
 }
 
 // A storage call that hangs costs a request StorageTimeout, not more: the
@@ -174,6 +244,49 @@ func TestStorageTimeout(t *testing.T) {
 	// process, and never reached Get.
 	assert.Equal(t, int64(1), store.gets.Load())
 	store.unhang() // the two calls left behind end; goleak checks they do
+}
+
+// A fiber.Storage call that hangs on one key does not pile up goroutines:
+// calls for keys behind the same lock give up at their deadline instead of
+// queuing, and the breaker does not open while other keys are answered.
+func TestHangingKeyDoesNotPileUpGoroutines(t *testing.T) {
+	store := newFlakyStorage(t)
+	store.hangKey = "limiter:fw:hang"
+	app := newApp(Config{
+		Max: 1000, Storage: store, KeyGenerator: headerKey, StorageTimeout: 5 * time.Millisecond, FailurePolicy: FailClosed,
+	}, &testClock{}, nil)
+	before := runtime.NumGoroutine()
+	admitted := 0
+	for i := range 100 {
+		assert.Equal(t, 503, get(t, app, "/", "hang").StatusCode, "request %d", i)
+		// Other keys; about one in 64 shares the hung key's lock.
+		if get(t, app, "/", "other-"+strconv.Itoa(i)).StatusCode == 200 {
+			admitted++
+		}
+	}
+	assert.GreaterOrEqual(t, admitted, 85, "other keys were decided by the storage")
+	time.Sleep(20 * time.Millisecond) // past the last waiter's deadline
+	assert.LessOrEqual(t, runtime.NumGoroutine()-before, 5, "goroutines left behind")
+}
+
+// A call that the request gave up on does not count once the storage
+// answers: the policy answered that request.
+func TestAbandonedCallDoesNotCount(t *testing.T) {
+	store := newFlakyStorage(t)
+	app := newApp(Config{
+		Max: 3, Storage: store, StorageTimeout: 10 * time.Millisecond, FailurePolicy: FailClosed, BreakerFailures: 100,
+	}, &testClock{}, nil)
+	store.mode.Store(storageHung)
+	for range 5 {
+		require.Equal(t, 503, get(t, app, "/", "").StatusCode)
+	}
+	store.mode.Store(storageUp)
+	store.unhang()
+	require.Eventually(t, func() bool { return store.gotten.Load() == store.gets.Load() }, time.Second, time.Millisecond)
+	for i := range 3 {
+		require.Equal(t, 200, get(t, app, "/", "").StatusCode, "request %d", i)
+	}
+	require.Equal(t, 429, get(t, app, "/", "").StatusCode)
 }
 
 // OnStorageError gets the first failure at once, then at most one report a
@@ -225,10 +338,10 @@ func TestFailedRefundKeepsTheResponse(t *testing.T) {
 	assert.Equal(t, int64(1), reported.Load())
 }
 
-// The deny cache: once the storage rejects a key, the same request is
-// rejected locally until its RetryAfter, with the storage's headers, and
-// without a call; a smaller cost, another limit, a refund or the end of
-// RetryAfter go to the storage again. Disabled, every request calls.
+// The deny cache: once the storage rejects a key, the same request (same
+// cost, same limit) is rejected locally until its RetryAfter, with the
+// storage's headers, and without a call; another cost, another limit or the
+// end of RetryAfter go to the storage again. Disabled, every request calls.
 func TestDenyCache(t *testing.T) {
 	for _, disabled := range []bool{false, true} {
 		t.Run(map[bool]string{false: "on", true: "off"}[disabled], func(t *testing.T) {
@@ -261,8 +374,14 @@ func TestDenyCache(t *testing.T) {
 			}
 			assert.Equal(t, calls, store.gets.Load(), "a rejected key costs the storage nothing")
 			cost.Store(3)
-			require.Equal(t, 429, get(t, app, "/", "").StatusCode)
-			assert.Equal(t, calls, store.gets.Load(), "a larger cost is rejected locally too")
+			resp = get(t, app, "/", "")
+			require.Equal(t, 429, resp.StatusCode)
+			assert.Equal(t, calls+1, store.gets.Load(), "another cost goes to the storage, for its own RetryAfter")
+			cost.Store(4)
+			resp = get(t, app, "/", "")
+			require.Equal(t, 429, resp.StatusCode)
+			assert.Empty(t, resp.Header.Get("Retry-After"), "a cost above the limit: never, as the storage says")
+			calls = store.gets.Load()
 
 			cost.Store(1)
 			require.Equal(t, 200, get(t, app, "/", "").StatusCode, "a smaller cost fits: the storage admits it")
@@ -288,36 +407,47 @@ func TestDenyCache(t *testing.T) {
 	}
 }
 
-// After a probe fails, the next one comes a whole cool-down later when the
-// probe timed out (it cost its request a wait), and 50 ms later when the
-// store refused it at once.
-func TestBreakerReprobeInterval(t *testing.T) {
-	for _, tt := range []struct {
-		name  string
-		quick bool
-		next  int64
-	}{
-		{"timed out", false, 1000},
-		{"refused at once", true, 50},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			b := newBreaker(1, 1000)
-			b.failed(0, false, tt.quick)
-			ok, probe := b.allow(999)
-			require.False(t, ok)
-			ok, probe = b.allow(1000)
-			require.True(t, ok && probe)
-			ok, _ = b.allow(1000)
-			require.False(t, ok, "one probe at a time")
-			b.failed(1000, true, tt.quick)
-			ok, _ = b.allow(1000 + tt.next - 1)
-			require.False(t, ok)
-			ok, probe = b.allow(1000 + tt.next)
-			require.True(t, ok && probe)
-			b.succeeded(true)
-			ok, probe = b.allow(1000 + tt.next)
-			require.True(t, ok)
-			require.False(t, probe, "closed")
-		})
-	}
+// The breaker's states: timeouts in a row open it, a probe after the
+// cool-down that times out opens it again, one that is answered closes it,
+// and a probe that times out after another call closed the breaker leaves
+// it closed.
+func TestBreakerStates(t *testing.T) {
+	b := newBreaker(2, 1000)
+	b.timedOut(0, false)
+	ok, _ := b.allow(1)
+	require.True(t, ok, "one timeout is not enough")
+	b.timedOut(1, false)
+	ok, _ = b.allow(1000)
+	require.False(t, ok, "open")
+	ok, probe := b.allow(1001)
+	require.True(t, ok && probe)
+	ok, _ = b.allow(1001)
+	require.False(t, ok, "one probe at a time")
+	b.timedOut(1100, true)
+	ok, _ = b.allow(2099)
+	require.False(t, ok, "the probe timed out: another cool-down, from when it failed")
+	ok, probe = b.allow(2100)
+	require.True(t, ok && probe)
+	b.answered(false) // another call, in flight, was answered: closed
+	b.timedOut(2200, true)
+	ok, probe = b.allow(2200)
+	require.True(t, ok && !probe, "a late probe timeout does not reopen a closed breaker")
+}
+
+// A rejection that the store gave before a refund on this replica cleared
+// the key is not cached after it: it may predate the credit.
+func TestDenyCacheSkipsRejectionsOlderThanARefund(t *testing.T) {
+	c := newDenyCache(16)
+	r := rule{limit: 3, burst: 3, window: 10_000}
+	deny := Decision{Limit: 3, RetryAfter: 10 * time.Second, ResetAfter: 10 * time.Second}
+	_, ok, gen := c.check("k", 0, r, 1)
+	require.False(t, ok)
+	c.forget("k") // a refund ran while the store was deciding
+	c.add("k", 0, r, 1, deny, gen)
+	_, ok, gen = c.check("k", 1, r, 1)
+	require.False(t, ok)
+	c.add("k", 1, r, 1, deny, gen)
+	d, ok, _ := c.check("k", 2, r, 1)
+	require.True(t, ok)
+	assert.Equal(t, 9999*time.Millisecond, d.RetryAfter, "added at 1 ms, asked at 2 ms")
 }

@@ -731,3 +731,42 @@ func TestFaultDenyCacheSparesRedis(t *testing.T) {
 		}
 	}
 }
+
+// faultPanicHook makes a go-redis client panic in every command while on.
+type faultPanicHook struct{ on *atomic.Bool }
+
+func (h faultPanicHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h faultPanicHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if h.on.Load() {
+			panic("hook bug")
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h faultPanicHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// With ContextTimeoutEnabled the store call runs on the request's own
+// goroutine; a panic there (here in a go-redis hook, such as a tracing
+// hook with a bug) is a storage failure too: the policy answers, and the
+// next call, once the hook behaves, is decided in Redis.
+func TestFaultPanicOnTheRequestGoroutine(t *testing.T) {
+	srv := redistest.Start(t)
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	var on atomic.Bool
+	client.AddHook(faultPanicHook{&on})
+	app := newApp(Config{Max: 5, Storage: redis.New(client), FailurePolicy: FailClosed}, nil, nil)
+	on.Store(true)
+	for range 3 {
+		require.Equal(t, fiber.StatusServiceUnavailable, get(t, app, "/", "").StatusCode)
+	}
+	on.Store(false)
+	resp := get(t, app, "/", "")
+	require.Equal(t, fiber.StatusOK, resp.StatusCode)
+	require.Equal(t, "4", resp.Header.Get("X-RateLimit-Remaining"), "decided in Redis")
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
-	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -21,7 +20,10 @@ type storageBackend struct {
 	prefix string // KeyPrefix + the algorithm's tag + ":"
 	clock  func() int64
 	seed   maphash.Seed
-	locks  [64]sync.Mutex // striped by key, so unrelated keys do not wait
+	// locks are striped by key, so unrelated keys do not wait. Each is a
+	// channel of one slot, so that a call waiting behind a store call that
+	// hangs gives up when its context ends instead of queuing for good.
+	locks [64]chan struct{}
 }
 
 // stateVersion leads every stored value, so a later layout can be told apart.
@@ -31,34 +33,47 @@ const (
 )
 
 func newStorageBackend(store fiber.Storage, alg algorithm, prefix string, clock func() int64) *storageBackend {
-	return &storageBackend{store: store, alg: alg, prefix: prefix + alg.name() + ":", clock: clock, seed: maphash.MakeSeed()}
+	b := &storageBackend{store: store, alg: alg, prefix: prefix + alg.name() + ":", clock: clock, seed: maphash.MakeSeed()}
+	for i := range b.locks {
+		b.locks[i] = make(chan struct{}, 1)
+	}
+	return b
 }
 
-func (b *storageBackend) take(_ context.Context, key string, r rule, cost int64) (Decision, error) {
+func (b *storageBackend) take(ctx context.Context, key string, r rule, cost int64) (Decision, error) {
 	var d Decision
-	err := b.modify(key, r, func(s state, now int64) (state, bool) {
+	err := b.modify(ctx, key, r, func(s state, now int64) (state, bool) {
 		s, d = b.alg.take(s, now, r, cost)
 		return s, d.Allowed
 	})
 	return d, err
 }
 
-func (b *storageBackend) refund(_ context.Context, key string, r rule, cost int64, d Decision) error {
-	return b.modify(key, r, func(s state, now int64) (state, bool) {
+func (b *storageBackend) refund(ctx context.Context, key string, r rule, cost int64, d Decision) error {
+	return b.modify(ctx, key, r, func(s state, now int64) (state, bool) {
 		return b.alg.refund(s, now, r, cost, d), true
 	})
 }
 
 // modify runs step on the key's state under the key's lock and writes the
-// state back when step reports a change.
-func (b *storageBackend) modify(key string, r rule, step func(s state, now int64) (state, bool)) error {
+// state back when step reports a change. It gives up when ctx ends while it
+// waits for the lock, and does not write once ctx has ended: the caller has
+// answered the request without this decision by then.
+func (b *storageBackend) modify(ctx context.Context, key string, r rule, step func(s state, now int64) (state, bool)) error {
 	skey := b.prefix + key
-	mu := &b.locks[maphash.String(b.seed, skey)%uint64(len(b.locks))]
-	mu.Lock()
-	defer mu.Unlock()
+	lock := b.locks[maphash.String(b.seed, skey)%uint64(len(b.locks))]
+	select {
+	case lock <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("limiter: storage: waiting for the key's lock: %w", ctx.Err())
+	}
+	defer func() { <-lock }()
 	raw, err := b.store.Get(skey)
 	if err != nil {
-		return fmt.Errorf("limiter: get %q: %w", skey, err)
+		return fmt.Errorf("limiter: storage get: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("limiter: storage: %w", err)
 	}
 	now := b.clock()
 	s := decodeState(raw, now)
@@ -69,7 +84,7 @@ func (b *storageBackend) modify(key string, r rule, step func(s state, now int64
 	exp := b.alg.expiry(s, r)
 	if exp <= now {
 		if err := b.store.Delete(skey); err != nil {
-			return fmt.Errorf("limiter: delete %q: %w", skey, err)
+			return fmt.Errorf("limiter: storage delete: %w", err)
 		}
 		return nil
 	}
@@ -78,7 +93,7 @@ func (b *storageBackend) modify(key string, r rule, step func(s state, now int64
 	// up to a second longer than needed changes nothing; losing it early would.
 	ttl := time.Duration(ceilSeconds(millis(exp-now))+1) * time.Second
 	if err := b.store.Set(skey, encodeState(s, exp), ttl); err != nil {
-		return fmt.Errorf("limiter: set %q: %w", skey, err)
+		return fmt.Errorf("limiter: storage set: %w", err)
 	}
 	return nil
 }

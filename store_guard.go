@@ -63,10 +63,13 @@ func (g *guardedStore) now() int64 {
 
 func (g *guardedStore) take(ctx context.Context, key string, r rule, cost int64) (Decision, error) {
 	now := g.now()
+	var gen uint64
 	if g.deny != nil {
-		if d, ok := g.deny.check(key, now, r, cost); ok {
+		d, ok, g0 := g.deny.check(key, now, r, cost)
+		if ok {
 			return d, nil
 		}
+		gen = g0
 	}
 	ok, probe := g.breaker.allow(now)
 	if !ok {
@@ -76,12 +79,12 @@ func (g *guardedStore) take(ctx context.Context, key string, r rule, cost int64)
 		return g.store.take(ctx, key, r, cost)
 	})
 	if err != nil {
-		g.failed(ctx, now, probe, err)
+		g.failed(probe, err)
 		return g.unavailable(ctx, key, r, cost)
 	}
-	g.breaker.succeeded(probe)
+	g.breaker.answered(probe)
 	if g.deny != nil && !d.Allowed {
-		g.deny.add(key, now, r, cost, d)
+		g.deny.add(key, now, r, cost, d, gen)
 	}
 	return d, nil
 }
@@ -96,34 +99,30 @@ func (g *guardedStore) refund(ctx context.Context, key string, r rule, cost int6
 	if g.deny != nil {
 		g.deny.forget(key)
 	}
-	now := g.now()
-	ok, probe := g.breaker.allow(now)
+	ok, probe := g.breaker.allow(g.now())
 	if !ok {
-		g.reporter.failed(now, fmt.Errorf("limiter: refund of %q skipped: the breaker is open", key), true)
-		return nil
+		return nil // the store is not answering: the credit is lost
 	}
 	_, err := within(ctx, g, key, func(ctx context.Context, key string) (struct{}, error) {
 		return struct{}{}, g.store.refund(ctx, key, r, cost, d)
 	})
 	if err != nil {
-		g.failed(ctx, now, probe, fmt.Errorf("limiter: refund: %w", err))
+		g.failed(probe, fmt.Errorf("limiter: refund: %w", err))
 		return nil
 	}
-	g.breaker.succeeded(probe)
+	g.breaker.answered(probe)
 	return nil
 }
 
-// failed records a failed call, unless it failed because the request's
-// own context ended first (the client left), which says nothing of the
-// store.
-func (g *guardedStore) failed(ctx context.Context, now int64, probe bool, err error) {
-	if ctx.Err() != nil {
-		if probe {
-			g.breaker.failed(now, true, false) // let the next request probe after a cool-down
-		}
-		return
+// failed records a failed call: a timeout counts towards opening the
+// breaker; an error the store answered with closes it like any answer.
+func (g *guardedStore) failed(probe bool, err error) {
+	now := g.now()
+	if errors.Is(err, ErrStorageTimeout) {
+		g.breaker.timedOut(now, probe)
+	} else {
+		g.breaker.answered(probe)
 	}
-	g.breaker.failed(now, probe, !errors.Is(err, ErrStorageTimeout))
 	g.reporter.failed(now, err, g.breaker.open())
 }
 
@@ -140,16 +139,19 @@ func (g *guardedStore) unavailable(ctx context.Context, key string, r rule, cost
 	return d, err
 }
 
-// within runs call on the store with g.timeout. When the store returns by
-// its context's deadline, call runs here under a context with that
-// deadline. Otherwise it runs on a goroutine of its own with a copy of key
-// (the request's buffers are reused once it ends), and within returns at
-// the deadline while call goes on: its result is then dropped.
+// within runs call on the store with g.timeout, under ctx's values but not
+// its cancellation: a client that goes away, or a deadline the application
+// derives from the request, must not turn a decision into the failure
+// policy's (FailOpen would admit it). When the store returns by its
+// context's deadline, call runs here. Otherwise it runs on a goroutine of
+// its own with a copy of key (the request's buffers are reused once it
+// ends), and within returns at the deadline while call goes on: its result
+// is then dropped. A panic in call is returned as an error, on either path.
 func within[T any](ctx context.Context, g *guardedStore, key string, call func(ctx context.Context, key string) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
 	defer cancel()
 	if g.ctxTimeout {
-		v, err := call(ctx, key)
+		v, err := guarded(ctx, key, call)
 		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (%v): %w", ErrStorageTimeout, g.timeout, err)
 		}
@@ -162,7 +164,7 @@ func within[T any](ctx context.Context, g *guardedStore, key string, call func(c
 	done := make(chan result, 1)
 	key = strings.Clone(key)
 	go func() {
-		v, err := call(ctx, key)
+		v, err := guarded(ctx, key, call)
 		done <- result{v, err}
 	}()
 	select {
@@ -170,9 +172,16 @@ func within[T any](ctx context.Context, g *guardedStore, key string, call func(c
 		return res.v, res.err
 	case <-ctx.Done():
 		var zero T
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return zero, fmt.Errorf("%w (%v)", ErrStorageTimeout, g.timeout)
-		}
-		return zero, ctx.Err()
+		return zero, fmt.Errorf("%w (%v)", ErrStorageTimeout, g.timeout)
 	}
+}
+
+// guarded runs call, turning a panic into an error.
+func guarded[T any](ctx context.Context, key string, call func(ctx context.Context, key string) (T, error)) (v T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("limiter: storage call panicked: %v", p)
+		}
+	}()
+	return call(ctx, key)
 }

@@ -162,7 +162,9 @@ func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, flag
 		if flags&argRefund != 0 {
 			mode = "refund"
 		}
-		return "", fmt.Errorf("limiter: redis %s %q: %w", mode, key, err)
+		// The key is left out: it may be a client's token, and it may be
+		// large.
+		return "", fmt.Errorf("limiter: redis %s: %w", mode, err)
 	}
 	return res, nil
 }
@@ -199,7 +201,7 @@ func (s *Store) Take(ctx context.Context, key string, rule Rule, cost int64) (Re
 		return Result{}, err
 	}
 	if len(res) != resSize {
-		return Result{}, fmt.Errorf("limiter: redis take %q: script returned %d bytes, want %d", key, len(res), resSize)
+		return Result{}, fmt.Errorf("limiter: redis take: script returned %d bytes, want %d", len(res), resSize)
 	}
 	limit := rule.Limit
 	if rule.Algorithm == TokenBucket && rule.Burst > 0 {
