@@ -2,18 +2,16 @@ package limiter
 
 import "sync/atomic"
 
-// breaker keeps requests off a store that makes them wait: after threshold
-// calls in a row have timed out it opens for cooldown ms, during which
-// allow refuses every call; then it lets one call through as a probe. It
-// closes as soon as a call is answered, even with an error: an error that
-// comes at once costs a request no wait, and may well be about one key (a
-// store that rejects a key's bytes), which must not turn the limiter off
-// for every client. A probe that times out opens it for another cooldown.
-// Times are ms. Safe for concurrent use, without locks.
+// breaker keeps requests off a store that is out of reach: after threshold
+// calls in a row have failed that way (timed out, or failed on the
+// network), it opens for cooldown ms, during which allow refuses every
+// call; then it gives one caller the probe, which reports back with answered
+// (the breaker closes) or failed (another cooldown). Any answer from the
+// store closes it. Times are ms. Safe for concurrent use, without locks.
 type breaker struct {
 	threshold int32
 	cooldown  int64
-	failures  atomic.Int32 // timed-out calls in a row
+	failures  atomic.Int32 // failed calls in a row
 	openUntil atomic.Int64 // 0 when closed
 	probing   atomic.Bool  // a probe is out
 }
@@ -24,7 +22,7 @@ func newBreaker(threshold int, cooldown int64) *breaker {
 
 // allow reports whether a call may go to the store at now, and whether
 // that call is the probe of an open breaker, which must report back with
-// answered or timedOut.
+// answered or failed.
 func (b *breaker) allow(now int64) (ok, probe bool) {
 	until := b.openUntil.Load()
 	if until == 0 {
@@ -40,7 +38,7 @@ func (b *breaker) allow(now int64) (ok, probe bool) {
 func (b *breaker) open() bool { return b.openUntil.Load() != 0 }
 
 // answered records a call that the store answered (with a result or an
-// error): the breaker closes.
+// error reply): the breaker closes.
 func (b *breaker) answered(probe bool) {
 	if b.failures.Load() != 0 {
 		b.failures.Store(0)
@@ -53,8 +51,8 @@ func (b *breaker) answered(probe bool) {
 	}
 }
 
-// timedOut records a call that timed out at now.
-func (b *breaker) timedOut(now int64, probe bool) {
+// failed records, at now, a call that found the store out of reach.
+func (b *breaker) failed(now int64, probe bool) {
 	until := now + b.cooldown
 	if until == 0 {
 		until = 1 // 0 means closed

@@ -153,24 +153,27 @@ type Config struct {
 	// For a go-redis client without ContextTimeoutEnabled (the go-redis
 	// default) and for a fiber.Storage, which takes no context, the call
 	// runs on its own goroutine so that the request need not wait for it.
-	// Must be >= 0; zero means the default. Unused without Storage.
+	// Must be 0 (the default) or at least 1 ms. Unused without Storage.
 	//
 	// Default: 100 * time.Millisecond
 	StorageTimeout time.Duration
 
-	// BreakerFailures is how many Storage calls in a row must fail before
-	// the breaker opens: requests then go straight to FailurePolicy without
-	// waiting on Storage, for BreakerCooldown, after which one request
-	// probes Storage again; the breaker closes on the first call that
-	// succeeds. Must be >= 0; zero means the default. Unused without
-	// Storage.
+	// BreakerFailures is how many Storage calls in a row must find Storage
+	// out of reach (a timeout, a network error, or another error that made
+	// the call wait) before the breaker opens: requests then go straight to
+	// FailurePolicy without waiting on Storage. Every BreakerCooldown a
+	// probe (a Redis PING, or a Get) goes to Storage in the background, and
+	// the breaker closes when Storage answers. An error that Storage answers
+	// at once (a Redis error reply, or a fiber.Storage error within 2 ms)
+	// does not count: it may be about one client's key. Must be >= 0; zero
+	// means the default. Unused without Storage.
 	//
 	// Default: 5
 	BreakerFailures int
 
-	// BreakerCooldown is how long an open breaker keeps requests off
-	// Storage before it lets one through as a probe. Must be >= 0; zero
-	// means the default. Unused without Storage.
+	// BreakerCooldown is how long an open breaker waits between probes of
+	// Storage. Must be 0 (the default) or at least 1 ms. Unused without
+	// Storage.
 	//
 	// Default: 500 * time.Millisecond
 	BreakerCooldown time.Duration
@@ -199,7 +202,7 @@ type Config struct {
 	DenyCacheKeys int
 
 	// DisableDenyCache turns the deny cache off: every request goes to
-	// Storage, and DenyCacheKeys is ignored.
+	// Storage, and DenyCacheKeys is not used.
 	//
 	// Default: false
 	DisableDenyCache bool

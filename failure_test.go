@@ -124,10 +124,11 @@ func TestFailurePolicies(t *testing.T) {
 	}
 }
 
-// The breaker opens after BreakerFailures timed-out calls in a row: then
-// requests do not wait on the storage; after BreakerCooldown one request
-// probes it (a probe that times out opens it again), and the first answer
-// closes it: the shared count is used again.
+// The breaker opens after BreakerFailures calls in a row have timed out:
+// then requests do not wait on the storage. After BreakerCooldown a probe
+// goes to the storage in the background (no request waits on it either); a
+// probe that times out keeps the breaker open for another cool-down, and
+// one that is answered closes it: the shared count is used again.
 func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	store := newFlakyStorage(t)
 	clock := &testClock{}
@@ -148,21 +149,27 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	for i := range 3 {
 		require.True(t, waited(), "timeout %d", i)
 	}
+	calls := store.gets.Load()
 	for i := range 5 {
 		require.False(t, waited(), "request %d: the breaker is open", i)
 	}
 	clock.advance(999 * time.Millisecond)
 	require.False(t, waited(), "still cooling down")
+	require.Equal(t, calls, store.gets.Load(), "no call while open")
 	clock.advance(time.Millisecond)
-	require.True(t, waited(), "the probe after the cool-down")
+	require.False(t, waited(), "the cool-down is over: a probe starts, this request does not wait")
+	require.Eventually(t, func() bool { return store.gets.Load() == calls+1 }, time.Second, time.Millisecond, "the probe")
+	time.Sleep(2 * timeout) // the probe times out
 	require.False(t, waited(), "the probe timed out: open again")
+	require.Equal(t, calls+1, store.gets.Load())
 
 	clock.advance(time.Second)
 	store.mode.Store(storageUp)
 	store.unhang()
-	require.False(t, waited(), "the probe")
-	assert.Equal(t, "96", get(t, app, "/", "").Header.Get("X-RateLimit-Remaining"),
-		"closed: the shared count (2, the probe and this one), not the fallback's (9)")
+	require.False(t, waited(), "starts the second probe")
+	require.Eventually(t, func() bool {
+		return get(t, app, "/", "").Header.Get("X-RateLimit-Remaining") == "97"
+	}, time.Second, time.Millisecond, "closed: the shared count (the first 2 and this one), not the fallback's")
 }
 
 // Errors that the storage answers at once do not open the breaker: a client
@@ -413,23 +420,23 @@ func TestDenyCache(t *testing.T) {
 // it closed.
 func TestBreakerStates(t *testing.T) {
 	b := newBreaker(2, 1000)
-	b.timedOut(0, false)
+	b.failed(0, false)
 	ok, _ := b.allow(1)
 	require.True(t, ok, "one timeout is not enough")
-	b.timedOut(1, false)
+	b.failed(1, false)
 	ok, _ = b.allow(1000)
 	require.False(t, ok, "open")
 	ok, probe := b.allow(1001)
 	require.True(t, ok && probe)
 	ok, _ = b.allow(1001)
 	require.False(t, ok, "one probe at a time")
-	b.timedOut(1100, true)
+	b.failed(1100, true)
 	ok, _ = b.allow(2099)
 	require.False(t, ok, "the probe timed out: another cool-down, from when it failed")
 	ok, probe = b.allow(2100)
 	require.True(t, ok && probe)
 	b.answered(false) // another call, in flight, was answered: closed
-	b.timedOut(2200, true)
+	b.failed(2200, true)
 	ok, probe = b.allow(2200)
 	require.True(t, ok && !probe, "a late probe timeout does not reopen a closed breaker")
 }

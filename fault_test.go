@@ -770,3 +770,43 @@ func TestFaultPanicOnTheRequestGoroutine(t *testing.T) {
 	require.Equal(t, fiber.StatusOK, resp.StatusCode)
 	require.Equal(t, "4", resp.Header.Get("X-RateLimit-Remaining"), "decided in Redis")
 }
+
+// A long outage: once a go-redis pool has failed to dial PoolSize times it
+// answers every call with its last dial error, after its own retries and
+// backoff (tens of ms). Those errors say Redis is out of reach, so the
+// breaker stays open through them and requests keep not waiting: p99 under
+// 1 ms seconds into the outage, with probes in the background.
+func TestFaultLongOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: 1})
+	t.Cleanup(func() { _ = client.Close() })
+	app := replicaHandler(Config{Max: faultMax, Expiration: faultExpiration, Storage: redis.New(client)})
+	require.Equal(t, fiber.StatusOK, faultGet(app, "warm").status)
+	srv.Stop()
+	// Past a few cool-downs, with enough failed dials to put the pool into
+	// its refusing state.
+	deadline := time.Now().Add(3 * ConfigDefault.BreakerCooldown)
+	for time.Now().Before(deadline) {
+		faultGet(app, "outage")
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := make([]time.Duration, 0, faultTimed)
+	for range faultTimed {
+		r := faultGet(app, "timed")
+		require.Contains(t, []int{fiber.StatusOK, fiber.StatusTooManyRequests}, r.status)
+		took = append(took, r.took)
+		time.Sleep(100 * time.Microsecond) // spread over more than one cool-down's probes
+	}
+	p50, p99, maxd := faultQuantiles(took)
+	t.Logf("long outage: %d requests: p50 %v, p99 %v, max %v", faultTimed, p50, p99, maxd)
+	require.Less(t, p99, time.Millisecond)
+
+	// Redis back: the pool's background dial (once a second) succeeds and
+	// ends, and so does the outage for the limiter.
+	srv.Restart()
+	restarted := time.Now()
+	faultWaitFor(t, "the pool to dial again", func() bool { return client.Ping(context.Background()).Err() == nil })
+	// The key "outage" is exhausted in the fallback; the fresh Redis admits it.
+	faultWaitFor(t, "a decision in Redis", func() bool { return faultGet(app, "outage").status == fiber.StatusOK })
+	t.Logf("decisions from Redis again %v after the restart", time.Since(restarted))
+}

@@ -51,6 +51,11 @@ func honorsContext(client goredis.UniversalClient) bool {
 	return false
 }
 
+// probe pings the server: a call that counts nothing.
+func (b *redisBackend) probe(ctx context.Context) error {
+	return b.store.Conn().Ping(ctx).Err()
+}
+
 func (b *redisBackend) rule(r rule) redis.Rule {
 	return redis.Rule{Algorithm: b.alg, Limit: r.limit, Burst: r.burst, Window: time.Duration(r.window) * time.Millisecond}
 }

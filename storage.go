@@ -55,6 +55,12 @@ func (b *storageBackend) refund(ctx context.Context, key string, r rule, cost in
 	})
 }
 
+// probe reads a key nobody writes: a call that counts nothing.
+func (b *storageBackend) probe(context.Context) error {
+	_, err := b.store.Get(b.prefix + "probe")
+	return err
+}
+
 // modify runs step on the key's state under the key's lock and writes the
 // state back when step reports a change. It gives up when ctx ends while it
 // waits for the lock, and does not write once ctx has ended: the caller has

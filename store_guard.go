@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"time"
 )
@@ -22,7 +24,7 @@ var (
 // limiter) or errFailOpen or errFailClosed; its refund never fails a
 // request, and reports errors to the hook only.
 type guardedStore struct {
-	store      backend
+	store      remoteBackend
 	ctxTimeout bool // the store returns by its context's deadline; else calls run on a goroutine
 	timeout    time.Duration
 	breaker    *breaker
@@ -34,7 +36,20 @@ type guardedStore struct {
 	origin     time.Time
 }
 
-func newGuardedStore(store backend, ctxTimeout bool, cfg Config, alg algorithm) *guardedStore {
+// remoteBackend is a backend whose calls can fail: Redis or a
+// fiber.Storage. probe makes a call that decides nothing, to learn whether
+// the store answers again.
+type remoteBackend interface {
+	backend
+	probe(ctx context.Context) error
+}
+
+// quickAnswer is how fast a failed call must have come back for its error
+// to count as the store's answer (which closes the breaker) when nothing
+// else tells what the error is: a fiber.Storage's error, say.
+const quickAnswer = 2 * time.Millisecond
+
+func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg Config, alg algorithm) *guardedStore {
 	g := &guardedStore{
 		store:      store,
 		ctxTimeout: ctxTimeout,
@@ -71,18 +86,18 @@ func (g *guardedStore) take(ctx context.Context, key string, r rule, cost int64)
 		}
 		gen = g0
 	}
-	ok, probe := g.breaker.allow(now)
-	if !ok {
+	if !g.admitCall(now) {
 		return g.unavailable(ctx, key, r, cost)
 	}
+	start := time.Now()
 	d, err := within(ctx, g, key, func(ctx context.Context, key string) (Decision, error) {
 		return g.store.take(ctx, key, r, cost)
 	})
 	if err != nil {
-		g.failed(probe, err)
+		g.failed(err, time.Since(start), false)
 		return g.unavailable(ctx, key, r, cost)
 	}
-	g.breaker.answered(probe)
+	g.breaker.answered(false)
 	if g.deny != nil && !d.Allowed {
 		g.deny.add(key, now, r, cost, d, gen)
 	}
@@ -97,33 +112,83 @@ func (g *guardedStore) refund(ctx context.Context, key string, r rule, cost int6
 		return nil // nothing was counted
 	}
 	if g.deny != nil {
+		// Before the call, and again after it: a rejection that a take
+		// gets while the credit is on its way is not kept either.
 		g.deny.forget(key)
+		defer g.deny.forget(key)
 	}
-	ok, probe := g.breaker.allow(g.now())
-	if !ok {
+	if !g.admitCall(g.now()) {
 		return nil // the store is not answering: the credit is lost
 	}
+	start := time.Now()
 	_, err := within(ctx, g, key, func(ctx context.Context, key string) (struct{}, error) {
 		return struct{}{}, g.store.refund(ctx, key, r, cost, d)
 	})
 	if err != nil {
-		g.failed(probe, fmt.Errorf("limiter: refund: %w", err))
+		g.failed(fmt.Errorf("limiter: refund: %w", err), time.Since(start), false)
 		return nil
 	}
-	g.breaker.answered(probe)
+	g.breaker.answered(false)
 	return nil
 }
 
-// failed records a failed call: a timeout counts towards opening the
-// breaker; an error the store answered with closes it like any answer.
-func (g *guardedStore) failed(probe bool, err error) {
+// admitCall reports whether a call may go to the store at now. When the
+// breaker is open and its cool-down has passed, it starts a probe in the
+// background and refuses the call: no request waits on a store that may
+// still be down.
+func (g *guardedStore) admitCall(now int64) bool {
+	ok, probe := g.breaker.allow(now)
+	if probe {
+		go g.probe()
+		return false
+	}
+	return ok
+}
+
+// probe asks the store whether it answers, and closes the breaker or
+// keeps it open for another cool-down.
+func (g *guardedStore) probe() {
+	start := time.Now()
+	_, err := within(context.Background(), g, "", func(ctx context.Context, _ string) (struct{}, error) {
+		return struct{}{}, g.store.probe(ctx)
+	})
+	if err == nil {
+		g.breaker.answered(true)
+		return
+	}
+	g.failed(fmt.Errorf("limiter: probe: %w", err), time.Since(start), true)
+}
+
+// failed records a failed call that took took. A failure that says the
+// store is out of reach (a timeout, a network error, or any error that
+// made the call wait) counts towards opening the breaker; an error that is
+// the store's own answer (a Redis error reply, or an error that came back
+// at once) closes it like any answer: it cost the request no wait, and it
+// may be about one key (a storage that rejects a key's bytes), which must
+// not switch the limiter off for every client.
+func (g *guardedStore) failed(err error, took time.Duration, probe bool) {
 	now := g.now()
-	if errors.Is(err, ErrStorageTimeout) {
-		g.breaker.timedOut(now, probe)
+	if unreachable(err, took) {
+		g.breaker.failed(now, probe)
 	} else {
 		g.breaker.answered(probe)
 	}
 	g.reporter.failed(now, err, g.breaker.open())
+}
+
+// unreachable tells whether err, from a call that took took, says that the
+// store is out of reach rather than answering.
+func unreachable(err error, took time.Duration) bool {
+	var reply interface{ RedisError() } // go-redis: an error reply from the server
+	if errors.As(err, &reply) {
+		return false
+	}
+	var netErr net.Error
+	if errors.Is(err, ErrStorageTimeout) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	return took >= quickAnswer
 }
 
 // unavailable is the failure policy's answer.
