@@ -115,9 +115,9 @@ func rbHandlerDecide(h fasthttp.RequestHandler, keys []string) func(int) error {
 	}
 }
 
-func rbStoreVariant(name string, alg redis.Algorithm, tag string) rbVariant {
+func rbStoreVariant(name string, alg redis.Algorithm, tag string, opts ...redis.Option) rbVariant {
 	return rbVariant{name, func(b *testing.B, srv *redistest.Server, pool int, hook goredis.Hook) (func(int) error, func()) {
-		store := redis.New(rbClient(srv, pool, hook))
+		store := redis.New(rbClient(srv, pool, hook), opts...)
 		keys := rbPrefixed("store:" + tag + ":")
 		rule := redis.Rule{Algorithm: alg, Limit: rbMax, Window: time.Minute}
 		ctx := context.Background()
@@ -151,6 +151,7 @@ func rbVariants() []rbVariant {
 		rbStoreVariant("store-fixed", redis.FixedWindow, "fw"),
 		rbStoreVariant("store-sliding", redis.SlidingWindow, "sw"),
 		rbStoreVariant("store-token", redis.TokenBucket, "tb"),
+		rbStoreVariant("store-fixed-unpipelined", redis.FixedWindow, "fwu", redis.WithoutPipelining()),
 		rbHandlerVariant("handler-fixed", FixedWindow{}),
 		rbHandlerVariant("handler-token", TokenBucket{}),
 		{"redis_rate", func(b *testing.B, srv *redistest.Server, pool int, hook goredis.Hook) (func(int) error, func()) {

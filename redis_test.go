@@ -85,6 +85,9 @@ func TestRedisExactAcrossReplicas(t *testing.T) {
 		"store": func() fiber.Storage {
 			return redis.New(goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 32}))
 		},
+		"store-unpipelined": func() fiber.Storage {
+			return redis.New(goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 32}), redis.WithoutPipelining())
+		},
 		"gofiber-storage": func() fiber.Storage {
 			return fiberredis.New(fiberredis.Config{Host: "127.0.0.1", Port: server.Port, PoolSize: 32})
 		},
@@ -111,21 +114,36 @@ func TestRedisExactAcrossReplicas(t *testing.T) {
 }
 
 // On a Redis Cluster of 3 masters, keys spread over all of them, each key
-// is limited exactly, and no cluster error reaches a client.
+// is limited exactly, and no cluster error reaches a client, with replicas
+// that pipeline (go-redis splits a pipeline by node) and one that does not.
 func TestRedisCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
 			var replicas []fasthttp.RequestHandler
-			for range 3 {
+			for i := range 3 {
+				var opts []redis.Option
+				if i == 1 {
+					opts = append(opts, redis.WithoutPipelining())
+				}
 				replicas = append(replicas, replicaHandler(strict(Config{
-					Max: 2, Expiration: time.Hour, Storage: redis.New(cluster.Client(t)), LimiterMiddleware: alg.mw,
+					Max: 2, Expiration: time.Hour, Storage: redis.New(cluster.Client(t), opts...), LimiterMiddleware: alg.mw,
 					KeyPrefix: "cluster-" + alg.name + ":",
 				})))
 			}
-			for i := range 1000 {
-				require.Equal(t, 2, hammer(t, replicas, "k"+strconv.Itoa(i), 3, 1), "key %d", i)
+			// Keys decided concurrently, so that pipelines carry keys of
+			// every master.
+			var wg sync.WaitGroup
+			for g := range 20 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := g; i < 1000; i += 20 {
+						assert.Equal(t, 2, hammer(t, replicas, "k"+strconv.Itoa(i), 3, 1), "key %d", i)
+					}
+				}()
 			}
+			wg.Wait()
 			for i := range 5 {
 				require.Equal(t, 2, hammer(t, replicas, "hot"+strconv.Itoa(i), 200, 32))
 			}

@@ -56,6 +56,7 @@ var (
 type Store struct {
 	client redis.UniversalClient
 	clock  func() time.Time
+	batch  *batcher // nil WithoutPipelining
 }
 
 // Option configures a Store.
@@ -69,10 +70,18 @@ func WithClock(now func() time.Time) Option {
 	return func(s *Store) { s.clock = now }
 }
 
+// WithoutPipelining makes every call its own round trip. By default, calls
+// made at the same time share pipelines (see PipelineStats): a lone call
+// goes out at once, without waiting for company, and calls that arrive
+// while a pipeline is in flight go together in the next one.
+func WithoutPipelining() Option {
+	return func(s *Store) { s.batch = nil }
+}
+
 // New returns a Store over client, which may be a plain, cluster, ring or
 // failover client.
 func New(client redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{client: client}
+	s := &Store{client: client, batch: newBatcher(client)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -151,12 +160,17 @@ func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, flag
 	putUint(arg[21:27], uint64(now))
 	putUint(arg[27:34], uint64(countedIn))
 
-	script := scripts[rule.Algorithm]
-	cmd := s.eval(ctx, "evalsha", script.Hash(), key, arg[:])
-	if err := cmd.Err(); redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = s.eval(ctx, "eval", scriptSources[rule.Algorithm], key, arg[:])
+	var res string
+	var err error
+	if s.batch != nil {
+		res, err = s.batch.run(ctx, rule.Algorithm, key, arg[:])
+	} else {
+		cmd := s.eval(ctx, "evalsha", scripts[rule.Algorithm].Hash(), key, arg[:])
+		if err := cmd.Err(); redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmd = s.eval(ctx, "eval", scriptSources[rule.Algorithm], key, arg[:])
+		}
+		res, err = cmd.Result()
 	}
-	res, err := cmd.Result()
 	if err != nil {
 		mode := "take"
 		if flags&argRefund != 0 {
@@ -171,9 +185,15 @@ func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, flag
 
 // eval sends EVAL or EVALSHA (name) of script with key and arg.
 func (s *Store) eval(ctx context.Context, name, script, key string, arg []byte) *redis.StringCmd {
-	cmd := redis.NewStringCmd(ctx, name, script, 1, key, string(arg))
-	cmd.SetFirstKeyPos(3) // for Redis Cluster's routing
+	cmd := scriptCmd(ctx, name, script, key, string(arg))
 	_ = s.client.Process(ctx, cmd)
+	return cmd
+}
+
+// scriptCmd is EVAL or EVALSHA (name) of script with key and arg.
+func scriptCmd(ctx context.Context, name, script, key, arg string) *redis.StringCmd {
+	cmd := redis.NewStringCmd(ctx, name, script, 1, key, arg)
+	cmd.SetFirstKeyPos(3) // for Redis Cluster's routing
 	return cmd
 }
 
