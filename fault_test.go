@@ -64,14 +64,14 @@ var faultPolicies = []FailurePolicy{FailFallback, FailOpen, FailClosed}
 type faultClient uint8
 
 const (
-	faultGoRedis            faultClient = iota // storage/redis over a go-redis client with its defaults
-	faultGoRedisCtx                            // the same with ContextTimeoutEnabled
-	faultFiberStorage                          // gofiber/storage/redis/v3
-	faultGoRedisUnpipelined                    // storage/redis WithoutPipelining
+	faultGoRedis          faultClient = iota // storage/redis over a go-redis client with its defaults
+	faultGoRedisCtx                          // the same with ContextTimeoutEnabled
+	faultFiberStorage                        // gofiber/storage/redis/v3
+	faultGoRedisPipelined                    // storage/redis WithPipelining
 )
 
 func (k faultClient) String() string {
-	return [...]string{"go-redis", "go-redis-ctx-timeout", "gofiber-storage", "go-redis-unpipelined"}[k]
+	return [...]string{"go-redis", "go-redis-ctx-timeout", "gofiber-storage", "go-redis-pipelined"}[k]
 }
 
 // faultStorage returns a Config.Storage on a client of its own to srv,
@@ -85,8 +85,8 @@ func faultStorage(t *testing.T, srv *redistest.Server, kind faultClient) fiber.S
 	}
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: kind == faultGoRedisCtx})
 	t.Cleanup(func() { _ = client.Close() })
-	if kind == faultGoRedisUnpipelined {
-		return redis.New(client, redis.WithoutPipelining())
+	if kind == faultGoRedisPipelined {
+		return redis.New(client, redis.WithPipelining())
 	}
 	return redis.New(client)
 }
@@ -374,7 +374,7 @@ func TestFaultKilledThenRestarted(t *testing.T) {
 		{FailOpen, faultGoRedis},
 		{FailClosed, faultGoRedis},
 		{FailFallback, faultFiberStorage},
-		{FailFallback, faultGoRedisUnpipelined},
+		{FailFallback, faultGoRedisPipelined},
 	}
 	for _, tc := range cases {
 		t.Run(tc.policy.String()+"/"+tc.kind.String(), func(t *testing.T) {
@@ -526,7 +526,7 @@ func TestFaultPaused(t *testing.T) {
 		{FailOpen, faultGoRedis},
 		{FailClosed, faultGoRedis},
 		{FailFallback, faultGoRedisCtx},
-		{FailFallback, faultGoRedisUnpipelined},
+		{FailFallback, faultGoRedisPipelined},
 	}
 	for _, tc := range cases {
 		t.Run(tc.policy.String()+"/"+tc.kind.String(), func(t *testing.T) {

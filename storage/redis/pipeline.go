@@ -6,18 +6,18 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // batcher coalesces the script calls that callers make at the same time
-// into pipelines: one write and one read on a connection for all of them,
-// instead of a round trip each. There is no timer and no added wait: a
-// call that finds fewer than maxInFlight pipelines in flight sends itself,
-// with whatever calls are waiting, at once on its own goroutine; a call
-// that finds them all busy waits, and the next pipeline to finish hands
-// the waiting calls to a goroutine that sends them together. On Redis
-// Cluster, go-redis splits a pipeline by node.
+// into pipelines: one write and one read on a connection for many, instead
+// of a round trip each. There is no timer and no added wait: a call that
+// finds fewer than maxInFlight sends in flight goes out at once, alone, on
+// its own goroutine; a call that finds them all busy queues, and the next
+// send to finish hands the queued calls to a goroutine that sends them as
+// one pipeline.
 type batcher struct {
 	client      redis.UniversalClient
 	maxInFlight int
@@ -44,17 +44,15 @@ type batchedCall struct {
 	done chan struct{} // closed when cmd has its answer; nil for the call that sends it
 }
 
-// run makes the script call of alg for key with arg, in a pipeline, and
-// waits for its answer or for ctx to end.
+// run makes the script call of alg for key with arg, and waits for its
+// answer or for ctx to end.
 func (b *batcher) run(ctx context.Context, alg Algorithm, key string, arg []byte) (string, error) {
 	c := &batchedCall{ctx: ctx, alg: alg, key: key, arg: string(arg)}
 	b.mu.Lock()
-	if b.inFlight < b.maxInFlight {
+	if b.inFlight < b.maxInFlight { // then nothing is queued either
 		b.inFlight++
-		batch := append(b.queue, c)
-		b.queue = nil
 		b.mu.Unlock()
-		b.send(ctx, batch)
+		b.send(ctx, []*batchedCall{c})
 		return c.cmd.Result()
 	}
 	c.done = make(chan struct{})
@@ -68,23 +66,46 @@ func (b *batcher) run(ctx context.Context, alg Algorithm, key string, arg []byte
 	}
 }
 
-// send sends batch as one pipeline under ctx, then hands the calls that
-// queued meanwhile to a goroutine of their own, or ends.
+// send sends batch under ctx, then hands the calls that queued meanwhile
+// to a goroutine of its own, or gives its place back.
 func (b *batcher) send(ctx context.Context, batch []*batchedCall) {
-	b.exec(ctx, batch)
-	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.inFlight--
+	defer func() {
+		b.mu.Lock()
+		next := b.queue
+		b.queue = nil
+		if len(next) == 0 {
+			b.inFlight--
+		}
 		b.mu.Unlock()
-		return
+		if len(next) > 0 {
+			// The caller that sent batch has its answer: the next pipeline
+			// goes on a goroutine, under its own calls' context.
+			go func() {
+				ctx, cancel := batchContext(next)
+				defer cancel()
+				b.send(ctx, next)
+			}()
+		}
+	}()
+	b.exec(ctx, batch)
+}
+
+// batchContext is the context a pipeline of calls is sent under: the values
+// of the first call's context, and the latest of the calls' deadlines, or
+// none if one has none.
+func batchContext(calls []*batchedCall) (context.Context, context.CancelFunc) {
+	base := context.WithoutCancel(calls[0].ctx)
+	var latest time.Time
+	for _, c := range calls {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return base, func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
 	}
-	next := b.queue
-	b.queue = nil
-	b.mu.Unlock()
-	// The caller that sent batch has its answer: the next pipeline goes on
-	// a goroutine, without the caller's deadline, so that the caller need
-	// not wait for calls that are not its own.
-	go b.send(context.Background(), next)
+	return context.WithDeadline(base, latest)
 }
 
 // exec sends batch as one pipeline of EVALSHA under ctx, and the calls that
@@ -174,7 +195,7 @@ func execErr(cmds []redis.Cmder, err error) {
 // PipelineStats reports how many writes the Store has sent (pipelines, a
 // call sent alone counting as a pipeline of one) and how many script calls
 // they carried, since it was made: calls/pipelines is how many calls shared
-// a write on average. Both are 0 WithoutPipelining.
+// a write on average. Both are 0 without WithPipelining.
 func (s *Store) PipelineStats() (pipelines, calls int64) {
 	if s.batch == nil {
 		return 0, 0

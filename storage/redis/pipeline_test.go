@@ -15,7 +15,7 @@ import (
 
 // Callers deciding at the same time share pipelines: 64 goroutines making
 // 100 Takes each on one key send far fewer pipelines than calls, and the
-// limit still holds exactly. WithoutPipelining sends none.
+// limit still holds exactly. Without WithPipelining it sends none.
 func TestConcurrentCallsSharePipelines(t *testing.T) {
 	server := redistest.Start(t)
 	for _, pipelined := range []bool{true, false} {
@@ -23,8 +23,8 @@ func TestConcurrentCallsSharePipelines(t *testing.T) {
 			client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 8})
 			t.Cleanup(func() { _ = client.Close() })
 			var opts []Option
-			if !pipelined {
-				opts = append(opts, WithoutPipelining())
+			if pipelined {
+				opts = append(opts, WithPipelining())
 			}
 			store := New(client, opts...)
 			const callers, each, limit = 64, 100, 1000

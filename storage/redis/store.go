@@ -56,7 +56,7 @@ var (
 type Store struct {
 	client redis.UniversalClient
 	clock  func() time.Time
-	batch  *batcher // nil WithoutPipelining
+	batch  *batcher // nil unless WithPipelining
 }
 
 // Option configures a Store.
@@ -70,18 +70,23 @@ func WithClock(now func() time.Time) Option {
 	return func(s *Store) { s.clock = now }
 }
 
-// WithoutPipelining makes every call its own round trip. By default, calls
-// made at the same time share pipelines (see PipelineStats): a lone call
-// goes out at once, without waiting for company, and calls that arrive
-// while a pipeline is in flight go together in the next one.
-func WithoutPipelining() Option {
-	return func(s *Store) { s.batch = nil }
+// WithPipelining makes calls made at the same time share pipelines (see
+// PipelineStats): a call that finds fewer than 4×GOMAXPROCS pipelines in
+// flight goes out at once, alone, and calls that find them all busy go
+// together in the next pipeline, without a timer. Off by default, for two
+// reasons that the client decides: go-redis retries a whole pipeline after
+// a read timeout, which would run calls that were already answered again
+// (count them twice), so use it with a client of MaxRetries -1; and on a
+// ClusterClient or Ring the pipelines are not yet kept apart by node, so a
+// slow node delays calls to the others.
+func WithPipelining() Option {
+	return func(s *Store) { s.batch = newBatcher(s.client) }
 }
 
 // New returns a Store over client, which may be a plain, cluster, ring or
 // failover client.
 func New(client redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{client: client, batch: newBatcher(client)}
+	s := &Store{client: client}
 	for _, o := range opts {
 		o(s)
 	}
