@@ -74,6 +74,14 @@ func (k faultClient) String() string {
 	return [...]string{"go-redis", "go-redis-ctx-timeout", "gofiber-storage", "go-redis-pipelined"}[k]
 }
 
+// faultCase is a policy under test, with the kind of client its replicas use.
+type faultCase struct {
+	policy FailurePolicy
+	kind   faultClient
+}
+
+func (c faultCase) String() string { return c.policy.String() + "/" + c.kind.String() }
+
 // faultStorage returns a Config.Storage on a client of its own to srv,
 // closed when the test ends.
 func faultStorage(t *testing.T, srv *redistest.Server, kind faultClient) fiber.Storage {
@@ -366,10 +374,7 @@ func faultQuantiles(ds []time.Duration) (p50, p99, maxd time.Duration) {
 // the replicas is admitted exactly Max times. Also with
 // gofiber/storage/redis/v3 as Storage.
 func TestFaultKilledThenRestarted(t *testing.T) {
-	cases := []struct {
-		policy FailurePolicy
-		kind   faultClient
-	}{
+	cases := []faultCase{
 		{FailFallback, faultGoRedis},
 		{FailOpen, faultGoRedis},
 		{FailClosed, faultGoRedis},
@@ -377,7 +382,7 @@ func TestFaultKilledThenRestarted(t *testing.T) {
 		{FailFallback, faultGoRedisPipelined},
 	}
 	for _, tc := range cases {
-		t.Run(tc.policy.String()+"/"+tc.kind.String(), func(t *testing.T) {
+		t.Run(tc.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
 			replicas := faultReplicas(t, srv, tc.kind, faultReplicaN, func(int) Config { return faultConfig(tc.policy) })
 
@@ -518,10 +523,7 @@ func TestFaultKilledMidLoad(t *testing.T) {
 // store call runs on a goroutine of its own that outlives the request;
 // with ContextTimeoutEnabled the client returns at the deadline itself.
 func TestFaultPaused(t *testing.T) {
-	cases := []struct {
-		policy FailurePolicy
-		kind   faultClient
-	}{
+	cases := []faultCase{
 		{FailFallback, faultGoRedis},
 		{FailOpen, faultGoRedis},
 		{FailClosed, faultGoRedis},
@@ -529,7 +531,7 @@ func TestFaultPaused(t *testing.T) {
 		{FailFallback, faultGoRedisPipelined},
 	}
 	for _, tc := range cases {
-		t.Run(tc.policy.String()+"/"+tc.kind.String(), func(t *testing.T) {
+		t.Run(tc.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
 			admin := srv.Client(t)
 			replicas := faultReplicas(t, srv, tc.kind, faultReplicaN, func(int) Config { return faultConfig(tc.policy) })

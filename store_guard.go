@@ -89,15 +89,12 @@ func (g *guardedStore) take(ctx context.Context, key string, r rule, cost int64)
 	if !g.admitCall(now) {
 		return g.unavailable(ctx, key, r, cost)
 	}
-	start := time.Now()
-	d, err := within(ctx, g, key, func(ctx context.Context, key string) (Decision, error) {
+	d, err := call(ctx, g, key, "", false, func(ctx context.Context, key string) (Decision, error) {
 		return g.store.take(ctx, key, r, cost)
 	})
 	if err != nil {
-		g.failed(err, time.Since(start), false)
 		return g.unavailable(ctx, key, r, cost)
 	}
-	g.breaker.answered(false)
 	if g.deny != nil && !d.Allowed {
 		g.deny.add(key, now, r, cost, d, gen)
 	}
@@ -120,16 +117,10 @@ func (g *guardedStore) refund(ctx context.Context, key string, r rule, cost int6
 	if !g.admitCall(g.now()) {
 		return nil // the store is not answering: the credit is lost
 	}
-	start := time.Now()
-	_, err := within(ctx, g, key, func(ctx context.Context, key string) (struct{}, error) {
+	_, _ = call(ctx, g, key, "refund", false, func(ctx context.Context, key string) (struct{}, error) {
 		return struct{}{}, g.store.refund(ctx, key, r, cost, d)
 	})
-	if err != nil {
-		g.failed(fmt.Errorf("limiter: refund: %w", err), time.Since(start), false)
-		return nil
-	}
-	g.breaker.answered(false)
-	return nil
+	return nil // a failure is reported, and the credit lost
 }
 
 // admitCall reports whether a call may go to the store at now. When the
@@ -148,15 +139,26 @@ func (g *guardedStore) admitCall(now int64) bool {
 // probe asks the store whether it answers, and closes the breaker or
 // keeps it open for another cool-down.
 func (g *guardedStore) probe() {
-	start := time.Now()
-	_, err := within(context.Background(), g, "", func(ctx context.Context, _ string) (struct{}, error) {
+	_, _ = call(context.Background(), g, "", "probe", true, func(ctx context.Context, _ string) (struct{}, error) {
 		return struct{}{}, g.store.probe(ctx)
 	})
-	if err == nil {
-		g.breaker.answered(true)
-		return
+}
+
+// call runs fn on the store within g.timeout (see within) and tells the
+// breaker and the error hook how it went; what names the call in an error
+// ("" for a take), and probe says it is the breaker's probe.
+func call[T any](ctx context.Context, g *guardedStore, key, what string, probe bool, fn func(ctx context.Context, key string) (T, error)) (T, error) {
+	start := time.Now()
+	v, err := within(ctx, g, key, fn)
+	if err != nil {
+		if what != "" {
+			err = fmt.Errorf("limiter: %s: %w", what, err)
+		}
+		g.failed(err, time.Since(start), probe)
+		return v, err
 	}
-	g.failed(fmt.Errorf("limiter: probe: %w", err), time.Since(start), true)
+	g.breaker.answered(probe)
+	return v, nil
 }
 
 // failed records a failed call that took took. A failure that says the

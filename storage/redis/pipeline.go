@@ -137,12 +137,7 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 		c := batch[0]
 		b.pipelines.Add(1)
 		b.calls.Add(1)
-		c.cmd = scriptCmd(ctx, "evalsha", scripts[c.alg].Hash(), c.key, c.arg)
-		_ = b.client.Process(ctx, c.cmd)
-		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			c.cmd = scriptCmd(ctx, "eval", scriptSources[c.alg], c.key, c.arg)
-			_ = b.client.Process(ctx, c.cmd)
-		}
+		c.cmd = runScript(ctx, b.client, c.alg, c.key, c.arg)
 		return
 	}
 	pipe := b.client.Pipeline()

@@ -29,6 +29,15 @@ type Rule struct {
 	Window time.Duration
 }
 
+// capacity is the quota a decision is made against: Burst for a token
+// bucket that sets one, else Limit.
+func (r Rule) capacity() int64 {
+	if r.Algorithm == TokenBucket && r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Limit
+}
+
 // Result is the outcome of one Take.
 type Result struct {
 	// Allowed reports whether the request was admitted and counted.

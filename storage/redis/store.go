@@ -126,10 +126,7 @@ func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, flag
 	if rule.Algorithm < FixedWindow || rule.Algorithm > TokenBucket {
 		return "", fmt.Errorf("limiter: redis: unknown algorithm %d", rule.Algorithm)
 	}
-	burst := rule.Burst
-	if burst <= 0 || rule.Algorithm != TokenBucket {
-		burst = rule.Limit
-	}
+	burst := rule.capacity()
 	window := int64(rule.Window / time.Millisecond) // rounded up, without overflow
 	if rule.Window%time.Millisecond != 0 {
 		window++
@@ -170,11 +167,7 @@ func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, flag
 	if s.batch != nil {
 		res, err = s.batch.run(ctx, rule.Algorithm, key, arg[:])
 	} else {
-		cmd := s.eval(ctx, "evalsha", scripts[rule.Algorithm].Hash(), key, arg[:])
-		if err := cmd.Err(); redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmd = s.eval(ctx, "eval", scriptSources[rule.Algorithm], key, arg[:])
-		}
-		res, err = cmd.Result()
+		res, err = runScript(ctx, s.client, rule.Algorithm, key, string(arg[:])).Result()
 	}
 	if err != nil {
 		mode := "take"
@@ -188,10 +181,16 @@ func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, flag
 	return res, nil
 }
 
-// eval sends EVAL or EVALSHA (name) of script with key and arg.
-func (s *Store) eval(ctx context.Context, name, script, key string, arg []byte) *redis.StringCmd {
-	cmd := scriptCmd(ctx, name, script, key, string(arg))
-	_ = s.client.Process(ctx, cmd)
+// runScript calls alg's script for key with arg in one round trip: EVALSHA,
+// or after a restart or SCRIPT FLUSH, when the server answers NOSCRIPT,
+// EVAL.
+func runScript(ctx context.Context, client redis.UniversalClient, alg Algorithm, key, arg string) *redis.StringCmd {
+	cmd := scriptCmd(ctx, "evalsha", scripts[alg].Hash(), key, arg)
+	_ = client.Process(ctx, cmd)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = scriptCmd(ctx, "eval", scriptSources[alg], key, arg)
+		_ = client.Process(ctx, cmd)
+	}
 	return cmd
 }
 
@@ -228,10 +227,7 @@ func (s *Store) Take(ctx context.Context, key string, rule Rule, cost int64) (Re
 	if len(res) != resSize {
 		return Result{}, fmt.Errorf("limiter: redis take: script returned %d bytes, want %d", len(res), resSize)
 	}
-	limit := rule.Limit
-	if rule.Algorithm == TokenBucket && rule.Burst > 0 {
-		limit = rule.Burst
-	}
+	limit := rule.capacity()
 	r := Result{
 		Allowed:    res[0]&resAllowed != 0,
 		Limit:      limit,
