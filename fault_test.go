@@ -64,14 +64,14 @@ var faultPolicies = []FailurePolicy{FailFallback, FailOpen, FailClosed}
 type faultClient uint8
 
 const (
-	faultGoRedis          faultClient = iota // storage/redis over a go-redis client with its defaults
-	faultGoRedisCtx                          // the same with ContextTimeoutEnabled
-	faultFiberStorage                        // gofiber/storage/redis/v3
-	faultGoRedisPipelined                    // storage/redis WithPipelining
+	faultGoRedis            faultClient = iota // storage/redis (pipelining) over a go-redis client with its defaults
+	faultGoRedisCtx                            // the same with ContextTimeoutEnabled
+	faultFiberStorage                          // gofiber/storage/redis/v3
+	faultGoRedisUnpipelined                    // storage/redis WithoutPipelining
 )
 
 func (k faultClient) String() string {
-	return [...]string{"go-redis", "go-redis-ctx-timeout", "gofiber-storage", "go-redis-pipelined"}[k]
+	return [...]string{"go-redis", "go-redis-ctx-timeout", "gofiber-storage", "go-redis-unpipelined"}[k]
 }
 
 // faultCase is a policy under test, with the kind of client its replicas use.
@@ -93,8 +93,8 @@ func faultStorage(t *testing.T, srv *redistest.Server, kind faultClient) fiber.S
 	}
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: kind == faultGoRedisCtx})
 	t.Cleanup(func() { _ = client.Close() })
-	if kind == faultGoRedisPipelined {
-		return redis.New(client, redis.WithPipelining())
+	if kind == faultGoRedisUnpipelined {
+		return redis.New(client, redis.WithoutPipelining())
 	}
 	return redis.New(client)
 }
@@ -379,7 +379,7 @@ func TestFaultKilledThenRestarted(t *testing.T) {
 		{FailOpen, faultGoRedis},
 		{FailClosed, faultGoRedis},
 		{FailFallback, faultFiberStorage},
-		{FailFallback, faultGoRedisPipelined},
+		{FailFallback, faultGoRedisUnpipelined},
 	}
 	for _, tc := range cases {
 		t.Run(tc.String(), func(t *testing.T) {
@@ -528,7 +528,7 @@ func TestFaultPaused(t *testing.T) {
 		{FailOpen, faultGoRedis},
 		{FailClosed, faultGoRedis},
 		{FailFallback, faultGoRedisCtx},
-		{FailFallback, faultGoRedisPipelined},
+		{FailFallback, faultGoRedisUnpipelined},
 	}
 	for _, tc := range cases {
 		t.Run(tc.String(), func(t *testing.T) {

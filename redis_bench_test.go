@@ -151,7 +151,7 @@ func rbVariants() []rbVariant {
 		rbStoreVariant("store-fixed", redis.FixedWindow, "fw"),
 		rbStoreVariant("store-sliding", redis.SlidingWindow, "sw"),
 		rbStoreVariant("store-token", redis.TokenBucket, "tb"),
-		rbStoreVariant("store-fixed-pipelined", redis.FixedWindow, "fwp", redis.WithPipelining()),
+		rbStoreVariant("store-fixed-unpipelined", redis.FixedWindow, "fwu", redis.WithoutPipelining()),
 		rbHandlerVariant("handler-fixed", FixedWindow{}),
 		rbHandlerVariant("handler-token", TokenBucket{}),
 		{"redis_rate", func(b *testing.B, srv *redistest.Server, pool int, hook goredis.Hook) (func(int) error, func()) {

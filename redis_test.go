@@ -85,8 +85,8 @@ func TestRedisExactAcrossReplicas(t *testing.T) {
 		"store": func() fiber.Storage {
 			return redis.New(goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 32}))
 		},
-		"store-pipelined": func() fiber.Storage {
-			return redis.New(goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 32, MaxRetries: -1}), redis.WithPipelining())
+		"store-unpipelined": func() fiber.Storage {
+			return redis.New(goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 32}), redis.WithoutPipelining())
 		},
 		"gofiber-storage": func() fiber.Storage {
 			return fiberredis.New(fiberredis.Config{Host: "127.0.0.1", Port: server.Port, PoolSize: 32})
@@ -115,8 +115,7 @@ func TestRedisExactAcrossReplicas(t *testing.T) {
 
 // On a Redis Cluster of 3 masters, keys spread over all of them, each key
 // is limited exactly, and no cluster error reaches a client, with replicas
-// that do not pipeline and one that does (go-redis splits a pipeline by
-// node).
+// that pipeline (one batcher per master) and one that does not.
 func TestRedisCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	for _, alg := range algorithms {
@@ -125,7 +124,7 @@ func TestRedisCluster(t *testing.T) {
 			for i := range 3 {
 				var opts []redis.Option
 				if i == 1 {
-					opts = append(opts, redis.WithPipelining())
+					opts = append(opts, redis.WithoutPipelining())
 				}
 				replicas = append(replicas, replicaHandler(strict(Config{
 					Max: 2, Expiration: time.Hour, Storage: redis.New(cluster.Client(t), opts...), LimiterMiddleware: alg.mw,

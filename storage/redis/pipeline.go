@@ -19,19 +19,75 @@ import (
 // send to finish hands the queued calls to a goroutine that sends them as
 // one pipeline.
 type batcher struct {
-	client      redis.UniversalClient
+	client      redis.UniversalClient // the node's, or the one client of a single node
 	maxInFlight int
+	stats       *pipelineStats
 
 	mu       sync.Mutex
 	queue    []*batchedCall
 	inFlight int // pipelines being sent
+}
 
-	pipelines atomic.Int64 // pipelines sent
+// pipelineStats counts what a Store's batchers send.
+type pipelineStats struct {
+	pipelines atomic.Int64 // writes: pipelines, and calls sent alone
 	calls     atomic.Int64 // calls sent in them
 }
 
-func newBatcher(client redis.UniversalClient) *batcher {
-	return &batcher{client: client, maxInFlight: 4 * runtime.GOMAXPROCS(0)}
+func newBatcher(client redis.UniversalClient, stats *pipelineStats) *batcher {
+	return &batcher{client: client, maxInFlight: 4 * runtime.GOMAXPROCS(0), stats: stats}
+}
+
+// pipelines sends each call through the batcher of the Redis node that
+// holds its key: one batcher for a single node (a Client, a failover
+// Client), one per master of a ClusterClient and per shard of a Ring, so
+// that a pipeline goes to one node and a slow node holds up only its own
+// keys.
+type pipelines struct {
+	client redis.UniversalClient
+	// node returns the client of the node that holds key; nil when there
+	// is only one.
+	node  func(ctx context.Context, key string) (*redis.Client, error)
+	one   *batcher
+	nodes sync.Map // *redis.Client → *batcher
+	stats pipelineStats
+}
+
+func newPipelines(client redis.UniversalClient) *pipelines {
+	p := &pipelines{client: client}
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		p.node = c.MasterForKey
+	case *redis.Ring:
+		p.node = func(_ context.Context, key string) (*redis.Client, error) { return c.GetShardClientForKey(key) }
+	default:
+		p.one = newBatcher(client, &p.stats)
+	}
+	return p
+}
+
+// run makes the script call of alg for key with arg through the batcher of
+// key's node. When the node is not known (the cluster's slots are not
+// loaded, say) or has moved the key's slot elsewhere (MOVED, ASK: nothing
+// ran), the call goes alone through the cluster or ring client, which
+// finds the node itself.
+func (p *pipelines) run(ctx context.Context, alg Algorithm, key string, arg []byte) (string, error) {
+	if p.node == nil {
+		return p.one.run(ctx, alg, key, arg)
+	}
+	node, err := p.node(ctx, key)
+	if err != nil || node == nil {
+		return runScript(ctx, p.client, alg, key, string(arg)).Result()
+	}
+	b, ok := p.nodes.Load(node)
+	if !ok {
+		b, _ = p.nodes.LoadOrStore(node, newBatcher(node, &p.stats))
+	}
+	res, err := b.(*batcher).run(ctx, alg, key, arg)
+	if redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
+		return runScript(ctx, p.client, alg, key, string(arg)).Result()
+	}
+	return res, err
 }
 
 // batchedCall is one script call waiting in a batcher.
@@ -135,8 +191,8 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 	}()
 	if len(batch) == 1 && batch[0].ctx.Err() == nil { // alone: a plain call costs less than a pipeline of one
 		c := batch[0]
-		b.pipelines.Add(1)
-		b.calls.Add(1)
+		b.stats.pipelines.Add(1)
+		b.stats.calls.Add(1)
 		c.cmd = runScript(ctx, b.client, c.alg, c.key, c.arg)
 		return
 	}
@@ -154,8 +210,8 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 	}
 	if sent > 0 {
 		execErr(pipe.Exec(ctx))
-		b.pipelines.Add(1)
-		b.calls.Add(int64(sent))
+		b.stats.pipelines.Add(1)
+		b.stats.calls.Add(int64(sent))
 		var missing []*batchedCall
 		for _, c := range batch {
 			if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
@@ -187,13 +243,15 @@ func execErr(cmds []redis.Cmder, err error) {
 	}
 }
 
-// PipelineStats reports how many writes the Store has sent (pipelines, a
-// call sent alone counting as a pipeline of one) and how many script calls
-// they carried, since it was made: calls/pipelines is how many calls shared
-// a write on average. Both are 0 without WithPipelining.
+// PipelineStats reports how many writes the Store has sent to Redis
+// (pipelines, a call sent alone counting as a pipeline of one) and how many
+// script calls they carried, since it was made: calls/pipelines is how many
+// calls shared a write on average, 1 when there is no concurrency to
+// coalesce. Calls that went around the pipelines (to a cluster whose slots
+// were moving) are not counted. Both are 0 with WithoutPipelining.
 func (s *Store) PipelineStats() (pipelines, calls int64) {
-	if s.batch == nil {
+	if s.pipes == nil {
 		return 0, 0
 	}
-	return s.batch.pipelines.Load(), s.batch.calls.Load()
+	return s.pipes.stats.pipelines.Load(), s.pipes.stats.calls.Load()
 }

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +16,7 @@ import (
 
 // Callers deciding at the same time share pipelines: 64 goroutines making
 // 100 Takes each on one key send far fewer pipelines than calls, and the
-// limit still holds exactly. Without WithPipelining it sends none.
+// limit still holds exactly. With WithoutPipelining it sends none.
 func TestConcurrentCallsSharePipelines(t *testing.T) {
 	server := redistest.Start(t)
 	for _, pipelined := range []bool{true, false} {
@@ -23,8 +24,8 @@ func TestConcurrentCallsSharePipelines(t *testing.T) {
 			client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 8})
 			t.Cleanup(func() { _ = client.Close() })
 			var opts []Option
-			if pipelined {
-				opts = append(opts, WithPipelining())
+			if !pipelined {
+				opts = append(opts, WithoutPipelining())
 			}
 			store := New(client, opts...)
 			const callers, each, limit = 64, 100, 1000
@@ -59,4 +60,71 @@ func TestConcurrentCallsSharePipelines(t *testing.T) {
 			assert.Greater(t, float64(calls)/float64(pipelines), 2.0, "calls per write: 1 without coalescing")
 		})
 	}
+}
+
+// On a Redis Cluster, each master gets pipelines of its own: concurrent
+// calls on keys of every master share writes, every key is limited
+// exactly, and the Store keeps one batcher per master.
+func TestClusterPipelinesPerNode(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	store := New(cluster.Client(t))
+	const callers, keys, limit = 96, 300, 3
+	rule := Rule{Algorithm: FixedWindow, Limit: limit, Window: time.Hour}
+	admitted := make([]atomic.Int64, keys)
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range keys * (limit + 2) / callers * 4 {
+				k := (g*7919 + i) % keys
+				r, err := store.Take(context.Background(), "node-"+strconv.Itoa(k), rule, 1)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if r.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k := range admitted {
+		require.Equal(t, int64(limit), admitted[k].Load(), "key %d", k)
+	}
+	nodes := 0
+	store.pipes.nodes.Range(func(any, any) bool { nodes++; return true })
+	assert.Equal(t, 3, nodes, "one batcher per master")
+	pipelines, calls := store.PipelineStats()
+	t.Logf("%d calls in %d writes over %d nodes", calls, pipelines, nodes)
+	assert.Greater(t, float64(calls)/float64(pipelines), 1.5, "calls per write: 1 without coalescing")
+}
+
+// A call sent to a node that does not hold its key's slot (a stale view of
+// the cluster, as while slots move) gets MOVED from that node, and goes on
+// through the cluster client, which follows the redirection: the caller
+// gets the script's answer, not the error.
+func TestClusterMovedGoesThroughClusterClient(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := cluster.Client(t)
+	store := New(client)
+	wrong, err := client.MasterForKey(context.Background(), "anchor")
+	require.NoError(t, err)
+	store.pipes.node = func(context.Context, string) (*goredis.Client, error) { return wrong, nil }
+	rule := Rule{Algorithm: TokenBucket, Limit: 2, Window: time.Hour}
+	moved := 0
+	for i := range 30 {
+		key := "moved-" + strconv.Itoa(i)
+		owner, err := client.MasterForKey(context.Background(), key)
+		require.NoError(t, err)
+		if owner != wrong {
+			moved++
+		}
+		for j := range 3 {
+			r, err := store.Take(context.Background(), key, rule, 1)
+			require.NoError(t, err, "key %s", key)
+			assert.Equal(t, j < 2, r.Allowed, "key %s take %d", key, j)
+		}
+	}
+	assert.Greater(t, moved, 10, "keys on other masters than the stale one")
 }

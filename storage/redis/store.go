@@ -56,7 +56,9 @@ var (
 type Store struct {
 	client redis.UniversalClient
 	clock  func() time.Time
-	batch  *batcher // nil unless WithPipelining
+	pipes  *pipelines // nil with WithoutPipelining
+
+	unpipelined bool
 }
 
 // Option configures a Store.
@@ -70,17 +72,24 @@ func WithClock(now func() time.Time) Option {
 	return func(s *Store) { s.clock = now }
 }
 
-// WithPipelining makes calls made at the same time share pipelines (see
-// PipelineStats): a call that finds fewer than 4×GOMAXPROCS pipelines in
-// flight goes out at once, alone, and calls that find them all busy go
-// together in the next pipeline, without a timer. Off by default, for two
-// reasons that the client decides: go-redis retries a whole pipeline after
-// a read timeout, which would run calls that were already answered again
-// (count them twice), so use it with a client of MaxRetries -1; and on a
-// ClusterClient or Ring the pipelines are not yet kept apart by node, so a
-// slow node delays calls to the others.
-func WithPipelining() Option {
-	return func(s *Store) { s.batch = newBatcher(s.client) }
+// WithoutPipelining makes every call its own round trip. By default, calls
+// made at the same time share pipelines (see PipelineStats): a call that
+// finds fewer than 4×GOMAXPROCS writes in flight to its Redis node goes out
+// at once, alone, as it would without pipelining, and calls that find them
+// all busy go together in the next write to that node, without a timer. On
+// a ClusterClient or Ring, each node (each shard) has pipelines of its own,
+// so a slow node delays only its own keys.
+//
+// One thing differs with pipelining. When the connection drops after a
+// pipeline was written (Redis killed, a proxy resetting it), go-redis sends
+// the whole pipeline again on a new connection if the client's MaxRetries
+// allows and the call's deadline has not passed; calls on it that Redis had
+// already run are then counted twice. Without pipelining the same can
+// happen to the one call whose reply was lost. A client with MaxRetries -1
+// never resends: such calls fail instead, and the limiter's FailurePolicy
+// answers them.
+func WithoutPipelining() Option {
+	return func(s *Store) { s.unpipelined = true }
 }
 
 // New returns a Store over client, which may be a plain, cluster, ring or
@@ -89,6 +98,9 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	s := &Store{client: client}
 	for _, o := range opts {
 		o(s)
+	}
+	if !s.unpipelined {
+		s.pipes = newPipelines(client)
 	}
 	return s
 }
@@ -164,8 +176,8 @@ func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, flag
 
 	var res string
 	var err error
-	if s.batch != nil {
-		res, err = s.batch.run(ctx, rule.Algorithm, key, arg[:])
+	if s.pipes != nil {
+		res, err = s.pipes.run(ctx, rule.Algorithm, key, arg[:])
 	} else {
 		res, err = runScript(ctx, s.client, rule.Algorithm, key, string(arg[:])).Result()
 	}

@@ -1294,8 +1294,8 @@ func TestCommandsPerDecision(t *testing.T) {
 						c := newClock()
 						opts = append(opts, WithClock(c.now))
 					}
-					if pipelined {
-						opts = append(opts, WithPipelining())
+					if !pipelined {
+						opts = append(opts, WithoutPipelining())
 					}
 					store := New(client, opts...)
 					ctx := context.Background()
