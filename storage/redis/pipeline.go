@@ -35,7 +35,7 @@ type pipelineStats struct {
 }
 
 func newBatcher(client redis.UniversalClient, stats *pipelineStats) *batcher {
-	return &batcher{client: client, maxInFlight: 4 * runtime.GOMAXPROCS(0), stats: stats}
+	return &batcher{client: client, maxInFlight: max(4, 2*runtime.GOMAXPROCS(0)), stats: stats}
 }
 
 // pipelines sends each call through the batcher of the Redis node that

@@ -74,11 +74,11 @@ func WithClock(now func() time.Time) Option {
 
 // WithoutPipelining makes every call its own round trip. By default, calls
 // made at the same time share pipelines (see PipelineStats): a call that
-// finds fewer than 4×GOMAXPROCS writes in flight to its Redis node goes out
-// at once, alone, as it would without pipelining, and calls that find them
-// all busy go together in the next write to that node, without a timer. On
-// a ClusterClient or Ring, each node (each shard) has pipelines of its own,
-// so a slow node delays only its own keys.
+// finds fewer than 2×GOMAXPROCS (at least 4) writes in flight to its Redis
+// node goes out at once, alone, as it would without pipelining, and calls
+// that find them all busy go together in the next write to that node,
+// without a timer. On a ClusterClient or Ring, each node (each shard) has
+// pipelines of its own, so a slow node delays only its own keys.
 //
 // One thing differs with pipelining. When the connection drops after a
 // pipeline was written (Redis killed, a proxy resetting it), go-redis sends
