@@ -128,3 +128,44 @@ func TestClusterMovedGoesThroughClusterClient(t *testing.T) {
 	}
 	assert.Greater(t, moved, 10, "keys on other masters than the stale one")
 }
+
+// On a Ring, each shard gets pipelines of its own, and each key is limited
+// exactly on the shard that holds it.
+func TestRingPipelinesPerShard(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	store := New(ring)
+	const callers, keys, limit = 32, 100, 2
+	rule := Rule{Algorithm: SlidingWindow, Limit: limit, Window: time.Hour}
+	admitted := make([]atomic.Int64, keys)
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range keys {
+				k := (g + i) % keys
+				r, err := store.Take(context.Background(), "ring-"+strconv.Itoa(k), rule, 1)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if r.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k := range admitted {
+		require.Equal(t, int64(limit), admitted[k].Load(), "key %d", k)
+	}
+	shards := 0
+	store.pipes.nodes.Range(func(any, any) bool { shards++; return true })
+	assert.Equal(t, 2, shards, "one batcher per shard")
+	for _, s := range []*redistest.Server{a, b} {
+		n, err := s.Client(t).DBSize(context.Background()).Result()
+		require.NoError(t, err)
+		assert.Greater(t, n, int64(20), "shard %s holds too few of the %d keys", s.Addr(), keys)
+	}
+}
