@@ -264,10 +264,11 @@ func (l *latencies) report(b *testing.B, what string) {
 // BenchmarkFloor splits a hot-key request into what any limiter in this
 // place pays: Fiber's dispatch to one more middleware (noop), reading the
 // key (noop-key), and setting three response headers through fasthttp
-// (noop-key-headers), beside this limiter with and without headers.
+// (noop-key-headers), beside this limiter with and without headers, with
+// the IETF headers or both sets, and with an OnDecision hook that counts.
 func BenchmarkFloor(b *testing.B) {
 	key := func(c *fiber.Ctx) string { return c.Get("X-Key") }
-	writer := headerWriter{enabled: true}
+	writer := headerWriter{xRateLimit: true}
 	variants := []benchVariant{
 		{"baseline", nil},
 		{"noop", func(int) fiber.Handler { return func(c *fiber.Ctx) error { return c.Next() } }},
@@ -277,7 +278,7 @@ func BenchmarkFloor(b *testing.B) {
 		{"noop-key-headers", func(int) fiber.Handler {
 			return func(c *fiber.Ctx) error {
 				_ = key(c)
-				writer.write(c, Decision{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Minute})
+				writer.write(c, Decision{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Minute}, "", time.Minute, false)
 				return c.Next()
 			}
 		}},
@@ -286,6 +287,20 @@ func BenchmarkFloor(b *testing.B) {
 		}},
 		{"fixed", func(max int) fiber.Handler {
 			return New(Config{Max: max, Expiration: time.Minute, KeyGenerator: key})
+		}},
+		{"fixed-ietf", func(max int) fiber.Handler {
+			return New(Config{Max: max, Expiration: time.Minute, KeyGenerator: key, Headers: HeadersIETF})
+		}},
+		{"fixed-both", func(max int) fiber.Handler {
+			return New(Config{Max: max, Expiration: time.Minute, KeyGenerator: key, Headers: HeadersBoth})
+		}},
+		{"fixed-hook", func(max int) fiber.Handler {
+			var admitted atomic.Int64
+			return New(Config{Max: max, Expiration: time.Minute, KeyGenerator: key, OnDecision: func(_ *fiber.Ctx, e DecisionEvent) {
+				if e.Allowed {
+					admitted.Add(1)
+				}
+			}})
 		}},
 	}
 	for _, v := range variants {

@@ -119,12 +119,57 @@ type Config struct {
 	// Default: "limiter:"
 	KeyPrefix string
 
-	// DisableHeaders turns off the X-RateLimit-Limit, X-RateLimit-Remaining
-	// and X-RateLimit-Reset response headers. Retry-After is still sent with
-	// a rejection.
+	// DisableHeaders turns off the rate-limit response headers, as Headers:
+	// HeadersNone does. Retry-After is still sent with a rejection.
 	//
 	// Default: false
 	DisableHeaders bool
+
+	// Headers chooses the rate-limit response headers: HeadersXRateLimit
+	// (X-RateLimit-Limit, -Remaining, -Reset: the limit, what is left, and
+	// whole seconds until the quota is fully back), HeadersIETF
+	// (RateLimit-Policy and RateLimit of draft-ietf-httpapi-ratelimit-headers-10,
+	// RFC 9651 structured fields: `"default";q=100;w=60` and
+	// `"default";r=42;t=17`), HeadersBoth, or HeadersNone. In RateLimit, t
+	// is on a rejection the Retry-After value, so Retry-After is never
+	// earlier than t, and otherwise the seconds until the quota is fully
+	// back. For TokenBucket, q is the Burst and w the seconds a bucket takes
+	// to fill. Retry-After goes with every rejection that can succeed later,
+	// whatever the mode.
+	//
+	// Default: HeadersXRateLimit
+	Headers HeaderMode
+
+	// PolicyName names the quota policy in the IETF headers. It must be
+	// printable ASCII; quotes and backslashes are escaped.
+	//
+	// Default: "default"
+	PolicyName string
+
+	// HeaderPartitionKey adds the limited key to the IETF headers, as their
+	// pk parameter (base64). Off by default, because the key may be a
+	// client's IP address or token.
+	//
+	// Default: false
+	HeaderPartitionKey bool
+
+	// DryRun makes the limiter decide, count and set headers as usual but
+	// never reject: a request over the limit goes on (uncounted, as any
+	// rejected request, and without Retry-After), and OnDecision sees it
+	// with Allowed false. With FailClosed, a failing Storage lets requests
+	// through as well. To measure a new limit in production before
+	// enforcing it.
+	//
+	// Default: false
+	DryRun bool
+
+	// OnDecision, when set, is called with every decision, admitted or
+	// not, on the request's goroutine, before the request goes on or is
+	// rejected: for metrics and logs. It costs the call and two clock
+	// reads. See DecisionEvent.
+	//
+	// Optional. Default: nil
+	OnDecision func(c *fiber.Ctx, e DecisionEvent)
 
 	// MaxKeys caps how many keys the in-memory manager tracks, so a flood of
 	// distinct keys cannot exhaust memory (a key costs about 64 bytes plus

@@ -3,6 +3,7 @@ module github.com/fiberlimit/limiter
 go 1.24.0
 
 require (
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/gofiber/storage/redis/v3 v3.4.3

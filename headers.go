@@ -1,34 +1,120 @@
 package limiter
 
 import (
+	"encoding/base64"
+	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 )
 
-// Header names, in the canonical form fasthttp stores, so that setting them
-// needs no normalizing.
+// HeaderMode chooses which rate-limit headers a response carries.
+// Retry-After is sent with every rejection that can succeed later, in every
+// mode.
+type HeaderMode uint8
+
+const (
+	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset, as Fiber's limiter does. The default.
+	HeadersXRateLimit HeaderMode = iota
+	// HeadersIETF sends RateLimit-Policy and RateLimit, the fields of
+	// draft-ietf-httpapi-ratelimit-headers-10, for example
+	// `RateLimit-Policy: "default";q=100;w=60` and
+	// `RateLimit: "default";r=42;t=17`.
+	HeadersIETF
+	// HeadersBoth sends both sets.
+	HeadersBoth
+	// HeadersNone sends no rate-limit headers (Retry-After still goes with
+	// a rejection). DisableHeaders: true means the same.
+	HeadersNone
+)
+
+// String returns the mode's name, as in the constants without "Headers".
+func (m HeaderMode) String() string {
+	switch m {
+	case HeadersXRateLimit:
+		return "XRateLimit"
+	case HeadersIETF:
+		return "IETF"
+	case HeadersBoth:
+		return "Both"
+	case HeadersNone:
+		return "None"
+	}
+	return "HeaderMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Header names, set as written (fasthttp's SetCanonical does not normalize
+// them).
 var (
-	headerLimit      = []byte("X-RateLimit-Limit")
-	headerRemaining  = []byte("X-RateLimit-Remaining")
-	headerReset      = []byte("X-RateLimit-Reset")
-	headerRetryAfter = []byte(fiber.HeaderRetryAfter)
+	headerLimit       = []byte("X-RateLimit-Limit")
+	headerRemaining   = []byte("X-RateLimit-Remaining")
+	headerReset       = []byte("X-RateLimit-Reset")
+	headerPolicy      = []byte("RateLimit-Policy")
+	headerRateLimit   = []byte("RateLimit")
+	headerRetryAfter  = []byte(fiber.HeaderRetryAfter)
+	defaultPolicyName = "default"
 )
 
 // headerWriter sets the rate-limit headers of a decision on the response.
 type headerWriter struct {
-	enabled bool
-	limit   []byte // X-RateLimit-Limit's value when it never changes (no MaxFunc)
+	xRateLimit bool
+	ietf       bool
+	withKey    bool   // the IETF fields carry the key as pk
+	limit      []byte // X-RateLimit-Limit's value when it never changes (no MaxFunc)
+	name       []byte // the policy name as an RFC 9651 String, quotes included
+	policy     []byte // RateLimit-Policy's value when it never changes (no MaxFunc, no pk)
 }
 
-// write sets X-RateLimit-Limit, -Remaining and -Reset (seconds until the
-// quota is fully back, rounded up) unless disabled, and Retry-After (whole
-// seconds, at least 1) on a rejection that can succeed later.
-func (w headerWriter) write(c *fiber.Ctx, d Decision) {
-	var buf [20]byte
+// newHeaderWriter validates the header settings of cfg (defaults applied)
+// and prepares what never changes. constLimit is the Limit of every
+// decision when there is no MaxFunc, else 0; policyWindow is then the
+// policy's w.
+func newHeaderWriter(cfg Config, constLimit int64, policyWindow time.Duration) headerWriter {
+	mode := cfg.Headers
+	if cfg.DisableHeaders {
+		if mode != HeadersXRateLimit && mode != HeadersNone {
+			panic(fmt.Sprintf("limiter: DisableHeaders is true but Headers is %v; set only Headers (HeadersNone)", mode))
+		}
+		mode = HeadersNone
+	}
+	if mode > HeadersNone {
+		panic(fmt.Sprintf("limiter: Headers is %d; it must be HeadersXRateLimit, HeadersIETF, HeadersBoth or HeadersNone", mode))
+	}
+	w := headerWriter{
+		xRateLimit: mode == HeadersXRateLimit || mode == HeadersBoth,
+		ietf:       mode == HeadersIETF || mode == HeadersBoth,
+		withKey:    cfg.HeaderPartitionKey,
+	}
+	name := cfg.PolicyName
+	if name == "" {
+		name = defaultPolicyName
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < 0x20 || name[i] > 0x7e {
+			panic(fmt.Sprintf("limiter: PolicyName %q has byte 0x%02x at %d; it must be printable ASCII (an RFC 9651 String)", name, name[i], i))
+		}
+	}
+	w.name = appendSFString(nil, name)
+	if constLimit > 0 {
+		w.limit = strconv.AppendInt(nil, constLimit, 10)
+		if !w.withKey {
+			w.policy = w.appendPolicy(nil, constLimit, policyWindow, "")
+		}
+	}
+	return w
+}
+
+// write sets the headers of the mode for d, the decision on key under a
+// policy of w seconds, and Retry-After (whole seconds, at least 1) on a
+// rejection that can succeed later, unless dryRun: the request then goes on
+// as admitted.
+func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow time.Duration, dryRun bool) {
+	var buf [64]byte
 	h := &c.Response().Header
-	if w.enabled {
+	retry := !d.Allowed && d.RetryAfter != InfDuration
+	if w.xRateLimit {
 		if w.limit != nil {
 			h.SetCanonical(headerLimit, w.limit)
 		} else {
@@ -37,9 +123,69 @@ func (w headerWriter) write(c *fiber.Ctx, d Decision) {
 		h.SetCanonical(headerRemaining, strconv.AppendInt(buf[:0], int64(d.Remaining), 10))
 		h.SetCanonical(headerReset, strconv.AppendInt(buf[:0], ceilSeconds(d.ResetAfter), 10))
 	}
-	if !d.Allowed && d.RetryAfter != InfDuration {
+	if w.ietf {
+		if w.policy != nil {
+			h.SetCanonical(headerPolicy, w.policy)
+		} else {
+			h.SetCanonical(headerPolicy, w.appendPolicy(buf[:0], int64(d.Limit), policyWindow, key))
+		}
+		// t is when more quota is available: on a rejection, when this
+		// request would be admitted, which is Retry-After's value, so that
+		// Retry-After is never earlier than t; otherwise when the quota is
+		// fully back.
+		t := ceilSeconds(d.ResetAfter)
+		if retry {
+			t = max(1, ceilSeconds(d.RetryAfter))
+		}
+		v := append(buf[:0], w.name...)
+		v = append(v, ";r="...)
+		v = strconv.AppendInt(v, int64(d.Remaining), 10)
+		v = append(v, ";t="...)
+		v = strconv.AppendInt(v, t, 10)
+		if w.withKey {
+			v = appendPartitionKey(v, key)
+		}
+		h.SetCanonical(headerRateLimit, v)
+	}
+	if retry && !dryRun {
 		h.SetCanonical(headerRetryAfter, strconv.AppendInt(buf[:0], max(1, ceilSeconds(d.RetryAfter)), 10))
 	}
+}
+
+// appendPolicy appends a RateLimit-Policy value: the policy's name, its
+// quota q and window w (whole seconds, at least 1), and the key as pk when
+// the writer carries it.
+func (w *headerWriter) appendPolicy(dst []byte, quota int64, window time.Duration, key string) []byte {
+	dst = append(dst, w.name...)
+	dst = append(dst, ";q="...)
+	dst = strconv.AppendInt(dst, quota, 10)
+	dst = append(dst, ";w="...)
+	dst = strconv.AppendInt(dst, max(1, ceilSeconds(window)), 10)
+	if w.withKey {
+		dst = appendPartitionKey(dst, key)
+	}
+	return dst
+}
+
+// appendPartitionKey appends the pk parameter: key as an RFC 9651 Byte
+// Sequence, base64 between colons.
+func appendPartitionKey(dst []byte, key string) []byte {
+	dst = append(dst, ";pk=:"...)
+	dst = base64.StdEncoding.AppendEncode(dst, []byte(key))
+	return append(dst, ':')
+}
+
+// appendSFString appends s, printable ASCII, as an RFC 9651 String: in
+// double quotes, with " and \ escaped by a backslash.
+func appendSFString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			dst = append(dst, '\\')
+		}
+		dst = append(dst, s[i])
+	}
+	return append(dst, '"')
 }
 
 // ceilSeconds rounds a non-negative duration up to whole seconds.

@@ -52,9 +52,15 @@ type handler struct {
 	skipFailed     bool
 	skipSuccessful bool
 	headers        headerWriter
+	dryRun         bool
+	onDecision     func(*fiber.Ctx, DecisionEvent)
+	alg            algorithm
+	algorithm      string // DecisionEvent.Algorithm
+	backendName    string // DecisionEvent.Backend
 	// retryUnavailable is the Retry-After of FailClosed's 503: the breaker's
 	// cool-down in whole seconds, at least 1.
 	retryUnavailable []byte
+	cooldown         time.Duration // BreakerCooldown
 }
 
 // newHandler builds the middleware for alg. cfg may come straight from a
@@ -77,34 +83,42 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 		fixedBurst:     cfg.Burst > 0,
 		skipFailed:     cfg.SkipFailedRequests,
 		skipSuccessful: cfg.SkipSuccessfulRequests,
-		headers:        headerWriter{enabled: !cfg.DisableHeaders},
+		dryRun:         cfg.DryRun,
+		onDecision:     cfg.OnDecision,
+		alg:            alg,
+		algorithm:      algorithmNames[alg],
 	}
 	if cfg.Burst > 0 {
 		h.base.burst = int64(cfg.Burst)
 	}
+	var constLimit int64
 	if cfg.MaxFunc == nil {
-		limit := h.base.limit
+		constLimit = h.base.limit
 		if alg == algToken {
-			limit = h.base.burst
+			constLimit = h.base.burst
 		}
-		h.headers.limit = strconv.AppendInt(nil, limit, 10)
 	}
+	h.headers = newHeaderWriter(cfg, constLimit, h.policyWindow(h.base))
 	clock := cfg.clock
 	if cfg.Storage == nil {
 		h.backend = newManager(alg, cfg.MaxKeys, clock)
 		h.inMemory = true
+		h.backendName = "memory"
 		if isDefaultKeyGenerator(cfg.KeyGenerator) {
 			h.keyFunc = (&ipKeyer{}).key
 		}
 	} else if conn, ok := cfg.Storage.(redisConn); ok {
 		client := conn.Conn()
 		h.backend = newGuardedStore(newRedisBackend(conn, alg, cfg.KeyPrefix, clock), honorsContext(client), cfg, alg)
+		h.backendName = "redis"
 	} else {
 		if clock == nil {
 			clock = wallMillis
 		}
 		h.backend = newGuardedStore(newStorageBackend(cfg.Storage, alg, cfg.KeyPrefix, clock), false, cfg, alg)
+		h.backendName = "storage"
 	}
+	h.cooldown = cfg.BreakerCooldown
 	h.retryUnavailable = []byte(strconv.FormatInt(max(1, ceilSeconds(cfg.BreakerCooldown)), 10))
 	return h.serve
 }
@@ -138,19 +152,38 @@ func (h *handler) serve(c *fiber.Ctx) error {
 		key = string([]byte(key))
 	}
 	ctx := h.context(c)
+	var start time.Time
+	if h.onDecision != nil {
+		start = time.Now()
+	}
 	d, err := h.backend.take(ctx, key, r, cost)
 	switch err {
 	case nil:
+		if h.onDecision != nil {
+			h.report(c, key, cost, d, sourceOf(d.source), start)
+		}
 	case errFailOpen:
+		if h.onDecision != nil {
+			h.report(c, key, cost, Decision{Allowed: true, Limit: h.quota(r)}, SourceFailOpen, start)
+		}
 		return c.Next()
 	case errFailClosed:
+		if h.onDecision != nil {
+			h.report(c, key, cost, Decision{Limit: h.quota(r), RetryAfter: h.cooldown}, SourceFailClosed, start)
+		}
+		if h.dryRun {
+			return c.Next()
+		}
 		c.Response().Header.SetBytesV(fiber.HeaderRetryAfter, h.retryUnavailable)
 		return c.SendStatus(fiber.StatusServiceUnavailable)
 	default:
 		return fmt.Errorf("limiter: rate-limit storage failed: %w", err)
 	}
-	h.headers.write(c, d)
+	h.headers.write(c, d, key, h.policyWindow(r), h.dryRun)
 	if !d.Allowed {
+		if h.dryRun {
+			return c.Next() // counted nothing: nothing to refund
+		}
 		return h.limitReached(c)
 	}
 	if !refunds || cost == 0 {
@@ -163,6 +196,43 @@ func (h *handler) serve(c *fiber.Ctx) error {
 		}
 	}
 	return err
+}
+
+// report calls OnDecision with decision d on key, answered by src, taken
+// since start.
+func (h *handler) report(c *fiber.Ctx, key string, cost int64, d Decision, src DecisionSource, start time.Time) {
+	h.onDecision(c, DecisionEvent{
+		Key:        key,
+		Allowed:    d.Allowed,
+		DryRun:     h.dryRun,
+		Limit:      d.Limit,
+		Remaining:  d.Remaining,
+		Cost:       int(cost),
+		RetryAfter: d.RetryAfter,
+		Algorithm:  h.algorithm,
+		Backend:    h.backendName,
+		Source:     src,
+		Latency:    time.Since(start),
+	})
+}
+
+// quota is the Limit of a decision under r: the bucket's capacity for the
+// token bucket, else the limit.
+func (h *handler) quota(r rule) int {
+	if h.alg == algToken {
+		return int(r.burst)
+	}
+	return int(r.limit)
+}
+
+// policyWindow is the w of the IETF RateLimit-Policy for rule r: the
+// window, or for the token bucket the time an empty bucket takes to fill.
+func (h *handler) policyWindow(r rule) time.Duration {
+	ms := r.window
+	if h.alg == algToken && r.burst != r.limit {
+		ms = (r.burst*r.window + r.limit - 1) / r.limit // below 2^63: both products are within maxLimitWindow
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // context is what the backend's calls run under: for a store, the user

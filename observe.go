@@ -1,0 +1,96 @@
+package limiter
+
+import (
+	"strconv"
+	"time"
+)
+
+// DecisionEvent describes one rate-limit decision, for Config.OnDecision.
+// It is passed by value and holds nothing the hook must release.
+type DecisionEvent struct {
+	// Key is the limited key. It may point into the request's buffers:
+	// copy it (strings.Clone) to keep it past the call.
+	Key string
+	// Allowed reports whether the request was admitted. With DryRun, false
+	// means it would have been rejected; it went on all the same.
+	Allowed bool
+	// DryRun is Config.DryRun.
+	DryRun bool
+	// Limit is the quota decided against: Max (or MaxFunc's result) for the
+	// windows, the bucket's Burst for TokenBucket.
+	Limit int
+	// Remaining is how many requests of cost 1 would still be admitted
+	// right now. It is 0 when Source is SourceFailOpen or SourceFailClosed.
+	Remaining int
+	// Cost is the request's cost (Config.Cost, 1 by default).
+	Cost int
+	// RetryAfter is zero for an admitted request; for a rejected one, the
+	// time until the same request would be admitted, or InfDuration.
+	RetryAfter time.Duration
+	// Algorithm is "fixed_window", "sliding_window" or "token_bucket".
+	Algorithm string
+	// Backend is "memory" (the in-memory manager), "redis" (the atomic
+	// Lua store) or "storage" (another fiber.Storage).
+	Backend string
+	// Source says what answered: the backend, the deny cache, or, while
+	// Storage fails, the failure policy.
+	Source DecisionSource
+	// Latency is how long the decision took, from the call to the backend
+	// to its answer.
+	Latency time.Duration
+}
+
+// Fallback reports whether the failure policy answered instead of the
+// backend, because Storage failed or its breaker was open.
+func (e DecisionEvent) Fallback() bool { return e.Source >= SourceFallback }
+
+// DecisionSource says what answered a decision.
+type DecisionSource uint8
+
+const (
+	// SourceBackend: the in-memory manager, or Storage.
+	SourceBackend DecisionSource = iota
+	// SourceDenyCache: an earlier rejection by Storage, remembered on
+	// this replica until its RetryAfter.
+	SourceDenyCache
+	// SourceFallback: FailFallback's in-memory limiter, Storage failing.
+	SourceFallback
+	// SourceFailOpen: FailOpen admitted the request uncounted, Storage
+	// failing.
+	SourceFailOpen
+	// SourceFailClosed: FailClosed rejected the request with 503, Storage
+	// failing.
+	SourceFailClosed
+)
+
+// String returns "backend", "deny_cache", "fallback", "fail_open" or
+// "fail_closed", suitable as a metric label.
+func (s DecisionSource) String() string {
+	switch s {
+	case SourceBackend:
+		return "backend"
+	case SourceDenyCache:
+		return "deny_cache"
+	case SourceFallback:
+		return "fallback"
+	case SourceFailOpen:
+		return "fail_open"
+	case SourceFailClosed:
+		return "fail_closed"
+	}
+	return "DecisionSource(" + strconv.Itoa(int(s)) + ")"
+}
+
+// sourceOf maps a Decision's internal source to its public name.
+func sourceOf(s decisionSource) DecisionSource {
+	switch s {
+	case fromDenyCache:
+		return SourceDenyCache
+	case fromFallback:
+		return SourceFallback
+	}
+	return SourceBackend
+}
+
+// algorithmNames are the Algorithm values of DecisionEvent.
+var algorithmNames = [...]string{algFixed: "fixed_window", algSliding: "sliding_window", algToken: "token_bucket"}
