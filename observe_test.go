@@ -133,7 +133,7 @@ func TestOnDecisionEvents(t *testing.T) {
 			},
 		},
 		{
-			name: "redis, then the deny cache",
+			name:    "redis, then the deny cache",
 			storage: func() fiber.Storage { return redis.New(server.Client(t)) }, // on the test clock
 			want: []DecisionEvent{
 				event(true, 1, 0, "redis", SourceBackend),
