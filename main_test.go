@@ -1,20 +1,57 @@
 package limiter
 
 import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
 	"testing"
 
+	"github.com/fiberlimit/limiter/internal/redistest"
 	"go.uber.org/goleak"
 )
 
-// TestMain fails the run if any goroutine outlives the tests. Ignored are
-// fasthttp's one process-wide goroutine that refreshes its Date header, and
-// the two that Fiber's own limiter leaves running for good (its memory
+// exampleRedisEnv holds the address of the redis-server that TestMain
+// starts for the examples (Example_redis), which cannot start one
+// themselves.
+const exampleRedisEnv = "LIMITER_EXAMPLE_REDIS"
+
+// TestMain starts a redis-server for the examples (without a redis-server
+// binary, the Redis example is skipped, unless LIMITER_REQUIRE_REDIS=1),
+// and fails the run if any goroutine outlives the tests. Ignored are
+// fasthttp's one process-wide goroutine that refreshes its Date header,
+// and the two that Fiber's own limiter leaves running for good (its memory
 // storage's gc loop and its timestamp updater), which only the comparison
 // benchmarks start.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/internal/memory.(*Storage).gc"),
-		goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/utils.StartTimeStampUpdater.func1.1"),
-	)
+	flag.Parse()
+	srv, stop, err := redistest.StartForMain()
+	switch {
+	case err == nil:
+		_ = os.Setenv(exampleRedisEnv, srv.Addr())
+	case errors.Is(err, redistest.ErrNoServer):
+		fmt.Fprintln(os.Stderr, "skipping Example_redis:", err)
+		skip := "^Example_redis$"
+		if prev := flag.Lookup("test.skip").Value.String(); prev != "" {
+			skip = prev + "|" + skip
+		}
+		_ = flag.Set("test.skip", skip)
+		stop = func() {}
+	default:
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	stop()
+	if code == 0 {
+		if err := goleak.Find(
+			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+			goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/internal/memory.(*Storage).gc"),
+			goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/utils.StartTimeStampUpdater.func1.1"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

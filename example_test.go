@@ -1,0 +1,291 @@
+package limiter_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fiberlimit/limiter"
+	"github.com/gofiber/fiber/v2"
+	fiberredis "github.com/gofiber/storage/redis/v3"
+)
+
+// send makes n GET requests to app and prints each status with the named
+// response headers.
+func send(app *fiber.App, n int, path string, headers ...string) {
+	for range n {
+		resp, err := app.Test(httptest.NewRequest("GET", path, nil), -1)
+		if err != nil {
+			panic(err)
+		}
+		_ = resp.Body.Close()
+		line := []string{strconv.Itoa(resp.StatusCode)}
+		for _, h := range headers {
+			if v := resp.Header.Get(h); v != "" {
+				line = append(line, h+": "+v)
+			}
+		}
+		fmt.Println(strings.Join(line, " | "))
+	}
+}
+
+func ok(c *fiber.Ctx) error { return c.SendString("ok") }
+
+// A fixed window, the default: Max requests per Expiration for each client
+// IP. The third request in the minute is rejected with 429 and
+// Retry-After; rejected requests are not counted.
+func ExampleNew() {
+	app := fiber.New()
+	app.Use(limiter.New(limiter.Config{
+		Max:        2,
+		Expiration: time.Minute,
+	}))
+	app.Get("/", ok)
+
+	send(app, 3, "/", "X-RateLimit-Remaining", "Retry-After")
+	// Output:
+	// 200 | X-RateLimit-Remaining: 1
+	// 200 | X-RateLimit-Remaining: 0
+	// 429 | X-RateLimit-Remaining: 0 | Retry-After: 60
+}
+
+// The sliding window weighs the previous window's count by how much of it
+// still overlaps the last Expiration, so a client cannot send 2×Max across
+// a window boundary.
+func ExampleSlidingWindow() {
+	app := fiber.New()
+	app.Use(limiter.New(limiter.Config{
+		Max:               3,
+		Expiration:        10 * time.Second,
+		LimiterMiddleware: limiter.SlidingWindow{},
+	}))
+	app.Get("/", ok)
+
+	send(app, 4, "/", "X-RateLimit-Remaining")
+	// Output:
+	// 200 | X-RateLimit-Remaining: 2
+	// 200 | X-RateLimit-Remaining: 1
+	// 200 | X-RateLimit-Remaining: 0
+	// 429 | X-RateLimit-Remaining: 0
+}
+
+// A token bucket refills Max tokens per Expiration, evenly, into a bucket
+// of Burst tokens: here a burst of 5, then one request every 2 seconds. The
+// rejected request may retry after 2 seconds, when the next token is in.
+func ExampleTokenBucket() {
+	app := fiber.New()
+	app.Use(limiter.New(limiter.Config{
+		Max:               30,
+		Expiration:        time.Minute,
+		Burst:             5,
+		LimiterMiddleware: limiter.TokenBucket{},
+	}))
+	app.Get("/", ok)
+
+	send(app, 6, "/", "X-RateLimit-Limit", "X-RateLimit-Remaining", "Retry-After")
+	// Output:
+	// 200 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 4
+	// 200 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 3
+	// 200 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 2
+	// 200 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 1
+	// 200 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 0
+	// 429 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 0 | Retry-After: 2
+}
+
+// Limits shared by every replica through Redis: a Storage from
+// github.com/gofiber/storage/redis/v3 is used through its go-redis client,
+// with one atomic script call per decision, so any number of replicas
+// admit exactly Max between them.
+func Example_redis() {
+	// In production, for example: fiberredis.Config{URL: "redis://redis:6379/0"}.
+	// Here, the redis-server the tests started.
+	storage := fiberredis.New(fiberredis.Config{URL: "redis://" + os.Getenv("LIMITER_EXAMPLE_REDIS")})
+	defer storage.Close()
+
+	// A prefix of this run's own, so that a rerun starts afresh.
+	prefix := "example:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	// Two replicas, as two processes would be.
+	var replicas []*fiber.App
+	for range 2 {
+		app := fiber.New()
+		app.Use(limiter.New(limiter.Config{
+			Max:        3,
+			Expiration: time.Minute,
+			Storage:    storage,
+			KeyPrefix:  prefix,
+		}))
+		app.Get("/", ok)
+		replicas = append(replicas, app)
+	}
+	// Requests alternate between the replicas; 3 are admitted in all.
+	for i := range 5 {
+		send(replicas[i%2], 1, "/", "X-RateLimit-Remaining")
+	}
+	// Output:
+	// 200 | X-RateLimit-Remaining: 2
+	// 200 | X-RateLimit-Remaining: 1
+	// 200 | X-RateLimit-Remaining: 0
+	// 429 | X-RateLimit-Remaining: 0
+	// 429 | X-RateLimit-Remaining: 0
+}
+
+// MaxFunc sets the limit per request, here from the client's plan; a
+// result of 0 or less lets the request through unlimited.
+func ExampleConfig_maxFunc() {
+	app := fiber.New()
+	app.Use(limiter.New(limiter.Config{
+		Expiration: time.Minute,
+		MaxFunc: func(c *fiber.Ctx) int {
+			switch c.Query("plan") {
+			case "pro":
+				return 1000
+			case "internal":
+				return 0 // unlimited
+			}
+			return 10
+		},
+		KeyGenerator: func(c *fiber.Ctx) string { return c.Query("plan") },
+	}))
+	app.Get("/", ok)
+
+	send(app, 1, "/?plan=free", "X-RateLimit-Limit")
+	send(app, 1, "/?plan=pro", "X-RateLimit-Limit")
+	send(app, 1, "/?plan=internal", "X-RateLimit-Limit")
+	// Output:
+	// 200 | X-RateLimit-Limit: 10
+	// 200 | X-RateLimit-Limit: 1000
+	// 200
+}
+
+// Cost makes some requests take more of the quota: an export costs 5 of
+// the 10 units a minute. After a read and an export, 4 units remain: a
+// second export does not fit (and, rejected, takes nothing), a read does.
+func ExampleConfig_cost() {
+	app := fiber.New()
+	app.Use(limiter.New(limiter.Config{
+		Max:        10,
+		Expiration: time.Minute,
+		Cost: func(c *fiber.Ctx) int {
+			if strings.HasPrefix(c.Path(), "/export") {
+				return 5
+			}
+			return 1
+		},
+	}))
+	app.Get("/*", ok)
+
+	send(app, 1, "/read", "X-RateLimit-Remaining")
+	send(app, 2, "/export", "X-RateLimit-Remaining")
+	send(app, 1, "/read", "X-RateLimit-Remaining")
+	// Output:
+	// 200 | X-RateLimit-Remaining: 9
+	// 200 | X-RateLimit-Remaining: 4
+	// 429 | X-RateLimit-Remaining: 4
+	// 200 | X-RateLimit-Remaining: 3
+}
+
+// downStorage is a fiber.Storage that always fails, as an unreachable
+// database would.
+type downStorage struct{}
+
+var errDown = errors.New("connection refused")
+
+func (downStorage) Get(string) ([]byte, error)              { return nil, errDown }
+func (downStorage) Set(string, []byte, time.Duration) error { return errDown }
+func (downStorage) Delete(string) error                     { return errDown }
+func (downStorage) Reset() error                            { return errDown }
+func (downStorage) Close() error                            { return nil }
+
+// FailurePolicy says what happens while Storage fails: FailFallback (the
+// default) limits each replica in its own memory with the same rule,
+// FailOpen lets requests through, and FailClosed answers 503 with
+// Retry-After. No storage error reaches the client, and OnStorageError
+// hears about the failures.
+func ExampleFailurePolicy() {
+	for _, policy := range []limiter.FailurePolicy{limiter.FailFallback, limiter.FailOpen, limiter.FailClosed} {
+		app := fiber.New()
+		app.Use(limiter.New(limiter.Config{
+			Max:           2,
+			Expiration:    time.Minute,
+			Storage:       downStorage{},
+			FailurePolicy: policy,
+			OnStorageError: func(err error) {
+				var se *limiter.StorageError
+				if errors.As(err, &se) && se.Failures == 1 {
+					fmt.Println("storage failing:", errors.Is(err, errDown))
+				}
+			},
+		}))
+		app.Get("/", ok)
+		fmt.Println(policy)
+		send(app, 3, "/", "X-RateLimit-Remaining", "Retry-After")
+	}
+	// Output:
+	// FailFallback
+	// storage failing: true
+	// 200 | X-RateLimit-Remaining: 1
+	// 200 | X-RateLimit-Remaining: 0
+	// 429 | X-RateLimit-Remaining: 0 | Retry-After: 60
+	// FailOpen
+	// storage failing: true
+	// 200
+	// 200
+	// 200
+	// FailClosed
+	// storage failing: true
+	// 503 | Retry-After: 1
+	// 503 | Retry-After: 1
+	// 503 | Retry-After: 1
+}
+
+// The IETF fields of draft-ietf-httpapi-ratelimit-headers-10 instead of
+// (or with, HeadersBoth) the X-RateLimit ones. On a rejection, Retry-After
+// equals t.
+func ExampleHeaderMode() {
+	app := fiber.New()
+	app.Use(limiter.New(limiter.Config{
+		Max:        2,
+		Expiration: time.Minute,
+		Headers:    limiter.HeadersIETF,
+		PolicyName: "api",
+	}))
+	app.Get("/", ok)
+
+	send(app, 3, "/", "RateLimit-Policy", "RateLimit", "Retry-After")
+	// Output:
+	// 200 | RateLimit-Policy: "api";q=2;w=60 | RateLimit: "api";r=1;t=60
+	// 200 | RateLimit-Policy: "api";q=2;w=60 | RateLimit: "api";r=0;t=60
+	// 429 | RateLimit-Policy: "api";q=2;w=60 | RateLimit: "api";r=0;t=60 | Retry-After: 60
+}
+
+// DryRun with OnDecision: measure a new limit in production before
+// enforcing it. Every request goes through; the hook sees which ones the
+// limit would have rejected.
+func ExampleConfig_dryRun() {
+	wouldReject := 0
+	app := fiber.New()
+	app.Use(limiter.New(limiter.Config{
+		Max:        2,
+		Expiration: time.Minute,
+		DryRun:     true,
+		OnDecision: func(c *fiber.Ctx, e limiter.DecisionEvent) {
+			if !e.Allowed {
+				wouldReject++ // in real code: a metric, labelled by e.Algorithm, e.Backend, e.Source
+			}
+		},
+	}))
+	app.Get("/", ok)
+
+	send(app, 4, "/", "X-RateLimit-Remaining")
+	fmt.Println("would have rejected:", wouldReject)
+	// Output:
+	// 200 | X-RateLimit-Remaining: 1
+	// 200 | X-RateLimit-Remaining: 0
+	// 200 | X-RateLimit-Remaining: 0
+	// 200 | X-RateLimit-Remaining: 0
+	// would have rejected: 2
+}
