@@ -1,0 +1,44 @@
+package main
+
+import (
+	"strconv"
+
+	"github.com/fiberlimit/limiter"
+	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics turns the limiter's decisions into Prometheus metrics: a counter
+// of decisions by outcome, and a histogram of how long they took.
+type Metrics struct {
+	decisions *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+}
+
+// NewMetrics registers the metrics with reg:
+//
+//	limiter_decisions_total{algorithm, backend, source, allowed, dry_run}
+//	limiter_decision_duration_seconds{backend, source}
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limiter_decisions_total",
+			Help: "Rate-limit decisions, by algorithm, backend, what answered (source), and whether the request was admitted.",
+		}, []string{"algorithm", "backend", "source", "allowed", "dry_run"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "limiter_decision_duration_seconds",
+			Help: "Time the limiter took to decide, from the call to its backend to the answer.",
+			// 10 µs (in memory) to 100 ms (the default StorageTimeout).
+			Buckets: prometheus.ExponentialBucketsRange(10e-6, 0.1, 12),
+		}, []string{"backend", "source"}),
+	}
+	reg.MustRegister(m.decisions, m.latency)
+	return m
+}
+
+// Observe is a limiter.Config.OnDecision hook.
+func (m *Metrics) Observe(_ *fiber.Ctx, e limiter.DecisionEvent) {
+	source := e.Source.String()
+	m.decisions.WithLabelValues(e.Algorithm, e.Backend, source, strconv.FormatBool(e.Allowed), strconv.FormatBool(e.DryRun)).Inc()
+	m.latency.WithLabelValues(e.Backend, source).Observe(e.Latency.Seconds())
+}
