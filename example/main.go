@@ -1,145 +1,89 @@
 // Command example is a small Fiber app rate-limited by
 // github.com/fiberlimit/limiter, with the in-memory store by default or a
-// Redis shared by every replica.
+// Redis shared by every replica. It can serve several replicas of the app in
+// one process, each with its own limiters and its own Redis client, as
+// separate processes would have, to show that replicas sharing one Redis
+// admit exactly the limit together.
 //
-// Run it from the repository root and follow the curl commands it prints:
+// Run it from the repository root and follow the commands it prints:
 //
 //	go run ./example                     # serves http://127.0.0.1:3000
 //	go run ./example -addr 127.0.0.1:8080
 //	go run ./example -redis redis://127.0.0.1:6379/0
 //
-// Routes:
+// Three replicas on 127.0.0.1:3000, :3001 and :3002 sharing one Redis, and,
+// in another terminal, 1200 requests to GET /demo spread round-robin over
+// them by the load generator (example/loadgen), which prints how many each
+// replica admitted and rejected: 1000 admitted in total.
+//
+//	go run ./example -replicas 3 -redis redis://127.0.0.1:6379/0
+//	go run ./example/loadgen -n 1200 -c 32 -path /demo \
+//	    -targets http://127.0.0.1:3000,http://127.0.0.1:3001,http://127.0.0.1:3002
+//
+// Without -redis each replica limits in its own memory, and the same run
+// admits 1200: each replica's 400, under its own quota of 1000.
+//
+// Flags: -replicas N (default 1), -addr host:port of replica 1 (default
+// 127.0.0.1:3000; replica N listens on the port N-1 above it), -redis URL,
+// -algorithm fixed|sliding|token and -demo-limit N for GET /demo (default
+// fixed, 1000). With -redis, every replica pings Redis at start, and the
+// command exits with an error when Redis does not answer.
+//
+// Routes (every response names its replica in the X-Replica header):
 //
 //	GET /               fixed window: 5 requests per 10 seconds per client IP
 //	GET /api/cheap      token bucket: burst of 6, refills 1 token per second; cost 1
 //	GET /api/expensive  the same bucket; cost 3
+//	GET /demo           fixed window: 1000 requests per hour, one quota for
+//	                    all clients (every request counts under the key "demo")
 //
 // Stop it with Ctrl+C (SIGINT) or SIGTERM; in-flight requests finish first.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
-
-	"github.com/fiberlimit/limiter"
-	"github.com/fiberlimit/limiter/storage/redis"
-	"github.com/gofiber/fiber/v2"
-	goredis "github.com/redis/go-redis/v9"
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:3000", "address to listen on")
-	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db) to share limits between replicas; default: in memory")
-	flag.Parse()
-
-	var storage fiber.Storage // nil: the in-memory manager
-	if *redisURL != "" {
-		opts, err := goredis.ParseURL(*redisURL)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "example: -redis:", err)
-			os.Exit(2)
-		}
-		store := redis.New(goredis.NewClient(opts))
-		defer store.Close()
-		storage = store
-	}
-
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "example:", err)
-		os.Exit(1)
-	}
-	printUsage(os.Stdout, baseURL(ln.Addr()), storage != nil)
-
-	app := newApp(storage)
-	errc := make(chan error, 1)
-	go func() { errc <- app.Listener(ln) }()
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	select {
-	case err := <-errc: // the server stopped on its own
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "example:", err)
+		os.Exit(2)
+	default:
 		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(1)
+	}
+}
+
+// run parses args, starts the replicas, prints the startup message to
+// stdout and serves until ctx is done or a replica stops on its own; then
+// it shuts every replica down. Storage failures are logged to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	opts, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	set, err := startReplicas(ctx, opts, stderr)
+	if err != nil {
+		return err
+	}
+	printUsage(stdout, set.urls(), set.redis, opts.demo)
+
+	select {
+	case err = <-set.stopped:
 	case <-ctx.Done():
+		fmt.Fprintln(stdout, "shutting down")
 	}
-	fmt.Println("shutting down")
-	if err := app.ShutdownWithTimeout(5 * time.Second); err != nil {
-		fmt.Fprintln(os.Stderr, "example: shutdown:", err)
-		os.Exit(1)
-	}
-	<-errc
-}
-
-// newApp builds the app: the routes and their limiters, keeping their state
-// in storage (nil: in this process's memory).
-func newApp(storage fiber.Storage) *fiber.App {
-	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-
-	// A fixed window of 5 requests per 10 seconds for each client IP.
-	app.Get("/", limiter.New(limiter.Config{
-		Max:        5,
-		Expiration: 10 * time.Second,
-		Storage:    storage,
-	}), func(c *fiber.Ctx) error {
-		return c.SendString("hello\n")
-	})
-
-	// One token bucket per client IP, shared by every /api route because the
-	// routes share this one handler: it holds 6 tokens and refills 1 per
-	// second. Cost runs inside the matched route, so c.Route().Path names it.
-	apiLimit := limiter.New(limiter.Config{
-		Max:               1,
-		Expiration:        time.Second,
-		Burst:             6,
-		LimiterMiddleware: limiter.TokenBucket{},
-		Storage:           storage,
-		Cost: func(c *fiber.Ctx) int {
-			if c.Route().Path == "/api/expensive" {
-				return 3
-			}
-			return 1
-		},
-	})
-	api := app.Group("/api")
-	api.Get("/cheap", apiLimit, func(c *fiber.Ctx) error {
-		return c.SendString("cheap: 1 token\n")
-	})
-	api.Get("/expensive", apiLimit, func(c *fiber.Ctx) error {
-		return c.SendString("expensive: 3 tokens\n")
-	})
-	return app
-}
-
-// baseURL is the URL to reach a listener at, with a loopback host when it
-// listens on every interface.
-func baseURL(a net.Addr) string {
-	host, port, _ := net.SplitHostPort(a.String())
-	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port)
-}
-
-func printUsage(w io.Writer, base string, shared bool) {
-	where := "in-memory limiter"
-	if shared {
-		where = "limits shared through Redis"
-	}
-	fmt.Fprintf(w, `Serving on %[1]s (%[2]s; Ctrl+C to stop)
-  GET /               fixed window: 5 requests per 10s per client IP
-  GET /api/cheap      token bucket: burst 6, refills 1 token/s, costs 1
-  GET /api/expensive  the same bucket, costs 3
-
-Try (the 6th request to / gets 429 with Retry-After):
-  for i in 1 2 3 4 5 6; do curl -si %[1]s/ | grep -iE '^(HTTP|X-RateLimit|Retry-After)'; echo; done
-  for i in 1 2 3; do curl -si %[1]s/api/expensive | grep -iE '^(HTTP|X-RateLimit|Retry-After)'; echo; done
-`, base, where)
+	return errors.Join(err, set.shutdown())
 }
