@@ -1,0 +1,103 @@
+package main
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/fiberlimit/limiter"
+	"github.com/gofiber/fiber/v2"
+	fiberlimiter "github.com/gofiber/fiber/v2/middleware/limiter"
+	ulule "github.com/ulule/limiter/v3"
+	ululememory "github.com/ulule/limiter/v3/drivers/store/memory"
+)
+
+// memVariant is one in-memory limiter as Fiber middleware: mw returns a
+// fresh one admitting max requests per minute per key, or nil for the
+// baseline (no limiter).
+type memVariant struct {
+	name string
+	mw   func(max int) fiber.Handler
+}
+
+// Names of the in-memory variants.
+const (
+	vBaseline     = "baseline (no limiter)"
+	vOursFixed    = "ours-fixed"
+	vOursSliding  = "ours-sliding"
+	vOursToken    = "ours-token"
+	vFiberFixed   = "fiber-fixed"
+	vFiberSliding = "fiber-sliding"
+	vUluleMem     = "ulule-memory"
+)
+
+// oursMemory is this limiter in memory with algorithm alg. The token
+// bucket gets a capacity (Burst) of max and refills at max/10^6 (at least
+// 1) per minute: a bucket that is full again between two requests holds no
+// state and is reclaimed, so with a refill as fast as the limit (10^9 per
+// minute) every request would re-create its key's entry, which is not what
+// a limited key costs.
+func oursMemory(alg limiter.LimiterHandler) func(int) fiber.Handler {
+	return func(limit int) fiber.Handler {
+		cfg := limiter.Config{Max: limit, Expiration: time.Minute, KeyGenerator: headerKey, LimiterMiddleware: alg}
+		if _, ok := alg.(limiter.TokenBucket); ok {
+			cfg.Max, cfg.Burst = max(1, limit/1_000_000), limit
+		}
+		return limiter.New(cfg)
+	}
+}
+
+// fiberMemory is Fiber's middleware/limiter with its memory store and
+// algorithm alg.
+func fiberMemory(alg fiberlimiter.LimiterHandler) func(int) fiber.Handler {
+	return func(max int) fiber.Handler {
+		return fiberlimiter.New(fiberlimiter.Config{Max: max, Expiration: time.Minute, KeyGenerator: headerKey, LimiterMiddleware: alg})
+	}
+}
+
+// ululeMemoryLimiter is ulule/limiter with its memory store, max per
+// minute.
+func ululeMemoryLimiter(max int) *ulule.Limiter {
+	store := ululememory.NewStoreWithOptions(ulule.StoreOptions{Prefix: "ulule", CleanUpInterval: time.Minute})
+	return ulule.New(store, ulule.Rate{Period: time.Minute, Limit: int64(max)})
+}
+
+// ululeMiddleware adapts an ulule limiter to Fiber, which ulule has no
+// middleware for, the way ulule's own fasthttp middleware works: it takes
+// one unit for the key, sets the three X-RateLimit headers and answers 429
+// once the limit is reached.
+func ululeMiddleware(lim *ulule.Limiter) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		res, err := lim.Get(c.UserContext(), c.Get(keyHeader))
+		if err != nil {
+			return err
+		}
+		c.Set("X-RateLimit-Limit", strconv.FormatInt(res.Limit, 10))
+		c.Set("X-RateLimit-Remaining", strconv.FormatInt(res.Remaining, 10))
+		c.Set("X-RateLimit-Reset", strconv.FormatInt(res.Reset, 10))
+		if res.Reached {
+			return c.SendStatus(fiber.StatusTooManyRequests)
+		}
+		return c.Next()
+	}
+}
+
+// memVariants are the in-memory variants, the baseline first.
+func memVariants() []memVariant {
+	return []memVariant{
+		{vBaseline, nil},
+		{vOursFixed, oursMemory(limiter.FixedWindow{})},
+		{vOursSliding, oursMemory(limiter.SlidingWindow{})},
+		{vOursToken, oursMemory(limiter.TokenBucket{})},
+		{vFiberFixed, fiberMemory(fiberlimiter.FixedWindow{})},
+		{vFiberSliding, fiberMemory(fiberlimiter.SlidingWindow{})},
+		{vUluleMem, func(max int) fiber.Handler { return ululeMiddleware(ululeMemoryLimiter(max)) }},
+	}
+}
+
+// memPairs are the comparisons of the in-memory figures: ours, then the
+// peer with the same algorithm.
+var memPairs = [][2]string{
+	{vOursFixed, vFiberFixed},
+	{vOursSliding, vFiberSliding},
+	{vOursFixed, vUluleMem},
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"io"
+	"time"
+)
+
+// options are the sizes and switches of one run. defaultOptions and
+// quickOptions give the two presets; the smoke test shrinks them further.
+type options struct {
+	// rounds is how many times every figure runs all of its variants in
+	// turn; each figure reports the median over the rounds.
+	rounds int
+	// command is the command line printed in the header.
+	command string
+	// redisServer and redisBenchmark are the binaries to run; an empty
+	// redisBenchmark skips the ceiling figure.
+	redisServer, redisBenchmark string
+
+	// overheadTime is how long one in-memory handler measurement runs.
+	overheadTime time.Duration
+	// overheadKeys is the number of distinct keys of the "many keys" column
+	// of the in-memory figure.
+	overheadKeys int
+
+	// heapKeys is the number of distinct keys tracked to measure heap per key.
+	heapKeys int
+
+	// redisTime is how long one Redis throughput measurement runs.
+	redisTime time.Duration
+	// redisKeys is the number of distinct keys of the "many keys" Redis cells.
+	redisKeys int
+	// callers are the numbers of concurrent callers of the Redis figures.
+	callers []int
+
+	// replicas, replicaCallers, replicaRequests and replicaLimit shape the
+	// admitted-across-replicas figure: replicaRequests requests on one key
+	// from replicaCallers goroutines spread over replicas limiter instances,
+	// against a limit of replicaLimit per long window.
+	replicas, replicaCallers, replicaRequests, replicaLimit int
+
+	// ceilingRequests is redis-benchmark's -n.
+	ceilingRequests int
+
+	// storageTimeout, when not zero, replaces the limiter's default
+	// StorageTimeout in the Redis handler variants (for slow test builds).
+	storageTimeout time.Duration
+
+	// progress receives one line per step (stderr in the program); nil
+	// discards them.
+	progress io.Writer
+}
+
+// defaultOptions is the full run: about three to four minutes on two cores.
+func defaultOptions() options {
+	return options{
+		rounds:          5,
+		redisServer:     "redis-server",
+		redisBenchmark:  "redis-benchmark",
+		overheadTime:    100 * time.Millisecond,
+		overheadKeys:    10_000,
+		heapKeys:        500_000,
+		redisTime:       350 * time.Millisecond,
+		redisKeys:       100_000,
+		callers:         []int{1, 8, 64},
+		replicas:        3,
+		replicaCallers:  96,
+		replicaRequests: 5000,
+		replicaLimit:    1000,
+		ceilingRequests: 200_000,
+	}
+}
+
+// quickOptions is a smoke run of every figure, in well under 30 seconds;
+// its numbers are too short-lived to quote.
+func quickOptions() options {
+	o := defaultOptions()
+	o.rounds = 1
+	o.overheadTime = 20 * time.Millisecond
+	o.heapKeys = 50_000
+	o.redisTime = 60 * time.Millisecond
+	o.redisKeys = 10_000
+	o.ceilingRequests = 20_000
+	return o
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fiberlimit/limiter"
+	"github.com/fiberlimit/limiter/storage/redis"
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/gofiber/fiber/v2"
+	fiberlimiter "github.com/gofiber/fiber/v2/middleware/limiter"
+	fiberredis "github.com/gofiber/storage/redis/v3"
+	goredis "github.com/redis/go-redis/v9"
+	ulule "github.com/ulule/limiter/v3"
+	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
+)
+
+// redisMax admits everything: 10^9 per minute (within ours' bounds, see
+// README "Panics at New": Max < 2^32 and Max × 60,000 ms < 2^51).
+const redisMax = 1_000_000_000
+
+// Names of the Redis variants. Those without "[mw]" are bare calls; "[mw]"
+// ones are Fiber middleware served through app.Handler().
+const (
+	rOursFixed        = "ours-fixed"
+	rOursFixedUnpiped = "ours-fixed-unpipelined"
+	rOursSliding      = "ours-sliding"
+	rOursToken        = "ours-token"
+	rRedisRate        = "redis_rate"
+	rUlule            = "ulule-redis"
+	rMwOursFixed      = "ours-fixed [mw]"
+	rMwOursUnpiped    = "ours-fixed-unpipelined [mw]"
+	rMwOursCtx        = "ours-fixed-ctxtimeout [mw]"
+	rMwOursSliding    = "ours-sliding [mw]"
+	rMwOursToken      = "ours-token [mw]"
+	rMwFiber          = "fiber-redis [mw]"
+)
+
+// redisSession is an opened Redis variant: caller gives each calling
+// goroutine its own decide function, which makes one decision for the key
+// of index i (the hot key at index redisKeys) and fails unless it was
+// admitted; close releases the clients.
+type redisSession struct {
+	caller func() func(i int) error
+	close  func()
+}
+
+// redisVariant is one way of deciding on Redis. open connects new clients
+// with pool connections each.
+type redisVariant struct {
+	name string
+	via  string
+	open func(srv *redisServer, pool int) (*redisSession, error)
+}
+
+// oursStoreVariant is this module's storage/redis Store called directly.
+func oursStoreVariant(name string, alg redis.Algorithm, keys []string, opts ...redis.Option) *redisVariant {
+	return &redisVariant{name, "Store.Take", func(srv *redisServer, pool int) (*redisSession, error) {
+		store := redis.New(srv.client(pool), opts...)
+		rule := redis.Rule{Algorithm: alg, Limit: redisMax, Window: time.Minute}
+		ctx := context.Background()
+		decide := func(i int) error {
+			res, err := store.Take(ctx, keys[i], rule, 1)
+			if err == nil && !res.Allowed {
+				err = errors.New("rejected")
+			}
+			return err
+		}
+		return &redisSession{func() func(int) error { return decide }, func() { _ = store.Close() }}, nil
+	}}
+}
+
+// handlerSession serves mw in a Fiber app, each caller with its own
+// request context, and calls done at close.
+func handlerSession(mw fiber.Handler, keys [][]byte, done func()) *redisSession {
+	h := newApp(mw)
+	return &redisSession{
+		caller: func() func(int) error {
+			req := newRequest()
+			return func(i int) error {
+				if code := req.serve(h, keys[i]); code != fiber.StatusOK {
+					return fmt.Errorf("status %d", code)
+				}
+				return nil
+			}
+		},
+		close: done,
+	}
+}
+
+// oursHandlerVariant is this limiter as Fiber middleware with
+// Config{Storage: redis.New(client)} and algorithm alg. FailClosed turns a
+// storage failure into a 503, counted as an error, instead of an
+// in-memory decision that would pass for a Redis one.
+func oursHandlerVariant(name string, alg limiter.LimiterHandler, keys [][]byte, o options, opts ...redis.Option) *redisVariant {
+	return &redisVariant{name, "Fiber handler", func(srv *redisServer, pool int) (*redisSession, error) {
+		store := redis.New(srv.client(pool), opts...)
+		mw := limiter.New(oursRedisConfig(store, redisMax, time.Minute, alg, o))
+		return handlerSession(mw, keys, func() { _ = store.Close() }), nil
+	}}
+}
+
+// oursRedisConfig is the Config of ours on Redis in figures 3 to 5.
+func oursRedisConfig(store *redis.Store, max int, window time.Duration, alg limiter.LimiterHandler, o options) limiter.Config {
+	return limiter.Config{
+		Max: max, Expiration: window, KeyGenerator: headerKey, LimiterMiddleware: alg,
+		Storage: store, FailurePolicy: limiter.FailClosed, StorageTimeout: o.storageTimeout,
+	}
+}
+
+// newFiberRedis is gofiber/storage/redis/v3 on srv.
+func newFiberRedis(srv *redisServer, pool int) *fiberredis.Storage {
+	return fiberredis.New(fiberredis.Config{Host: "127.0.0.1", Port: srv.port, PoolSize: max(pool, 1)})
+}
+
+// redisVariants are the variants of figures 3 and 4, each with keys of its
+// own: n distinct ones and a hot one.
+func redisVariants(n int, o options) []*redisVariant {
+	bk := func(prefix string) [][]byte { return byteKeys(prefix, n) }
+	sk := func(prefix string) []string { return stringKeys(prefix, n) }
+	rrKeys, ululeKeys := sk("rr:"), sk("ul:")
+	fiberKeys, ctxKeys := bk("fb:"), bk("h:fwc:")
+	return []*redisVariant{
+		oursStoreVariant(rOursFixed, redis.FixedWindow, sk("s:fw:")),
+		oursStoreVariant(rOursFixedUnpiped, redis.FixedWindow, sk("s:fwu:"), redis.WithoutPipelining()),
+		oursStoreVariant(rOursSliding, redis.SlidingWindow, sk("s:sw:")),
+		oursStoreVariant(rOursToken, redis.TokenBucket, sk("s:tb:")),
+		{rRedisRate, "Limiter.Allow", func(srv *redisServer, pool int) (*redisSession, error) {
+			client := srv.client(pool)
+			rl := redis_rate.NewLimiter(client)
+			limit := redis_rate.PerMinute(redisMax)
+			ctx := context.Background()
+			decide := func(i int) error {
+				res, err := rl.Allow(ctx, rrKeys[i], limit)
+				if err == nil && res.Allowed < 1 {
+					err = errors.New("rejected")
+				}
+				return err
+			}
+			return &redisSession{func() func(int) error { return decide }, func() { _ = client.Close() }}, nil
+		}},
+		{rUlule, "Limiter.Get", func(srv *redisServer, pool int) (*redisSession, error) {
+			client := srv.client(pool)
+			store, err := ululeredis.NewStoreWithOptions(client, ulule.StoreOptions{Prefix: "ulule"})
+			if err != nil {
+				_ = client.Close()
+				return nil, err
+			}
+			lim := ulule.New(store, ulule.Rate{Period: time.Minute, Limit: redisMax})
+			ctx := context.Background()
+			decide := func(i int) error {
+				res, err := lim.Get(ctx, ululeKeys[i])
+				if err == nil && res.Reached {
+					err = errors.New("rejected")
+				}
+				return err
+			}
+			return &redisSession{func() func(int) error { return decide }, func() { _ = client.Close() }}, nil
+		}},
+		oursHandlerVariant(rMwOursFixed, limiter.FixedWindow{}, bk("h:fw:"), o),
+		oursHandlerVariant(rMwOursUnpiped, limiter.FixedWindow{}, bk("h:fwu:"), o, redis.WithoutPipelining()),
+		{rMwOursCtx, "Fiber handler", func(srv *redisServer, pool int) (*redisSession, error) {
+			client := goredis.NewClient(&goredis.Options{Addr: srv.addr(), PoolSize: max(pool, 1), ContextTimeoutEnabled: true})
+			store := redis.New(client)
+			mw := limiter.New(oursRedisConfig(store, redisMax, time.Minute, limiter.FixedWindow{}, o))
+			return handlerSession(mw, ctxKeys, func() { _ = store.Close() }), nil
+		}},
+		oursHandlerVariant(rMwOursSliding, limiter.SlidingWindow{}, bk("h:sw:"), o),
+		oursHandlerVariant(rMwOursToken, limiter.TokenBucket{}, bk("h:tb:"), o),
+		{rMwFiber, "Fiber handler", func(srv *redisServer, pool int) (*redisSession, error) {
+			storage := newFiberRedis(srv, pool)
+			mw := fiberlimiter.New(fiberlimiter.Config{Max: redisMax, Expiration: time.Minute, KeyGenerator: headerKey, Storage: storage})
+			return handlerSession(mw, fiberKeys, func() { _ = storage.Close() }), nil
+		}},
+	}
+}
+
+// redisPairs are the comparisons of figures 3 and 4: like with like, a bare
+// call with a bare call and middleware with middleware.
+var redisPairs = [][2]string{
+	{rOursFixed, rRedisRate},
+	{rOursFixed, rUlule},
+	{rOursFixedUnpiped, rRedisRate},
+	{rOursFixedUnpiped, rUlule},
+	{rOursToken, rRedisRate},
+	{rOursFixed, rOursFixedUnpiped},
+	{rMwOursFixed, rMwFiber},
+	{rMwOursUnpiped, rMwFiber},
+	{rMwOursCtx, rMwFiber},
+	{rMwOursFixed, rMwOursCtx},
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// report is the outcome of one run: every figure, and what the header
+// says.
+type report struct {
+	o          options
+	machine    string
+	elapsed    time.Duration
+	overhead   *overheadResult
+	heap       *heapResult
+	throughput *throughputResult
+	replicas   *replicasResult
+	ceiling    *ceilingResult
+}
+
+// progressf writes one progress line, when o has somewhere to write it.
+func progressf(o options, format string, args ...any) {
+	if o.progress != nil {
+		fmt.Fprintf(o.progress, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+}
+
+// count writes n as 100k, 1M or 1234.
+func count(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return strconv.Itoa(n/1_000_000) + "M"
+	case n >= 1000 && n%1000 == 0:
+		return strconv.Itoa(n/1000) + "k"
+	default:
+		return strconv.Itoa(n)
+	}
+}
+
+// runAll starts a redis-server, measures every figure, and stops the server
+// on return, on SIGINT or SIGTERM (exiting with 130), and on a panic of
+// this goroutine (a crash of the process kills it too, see dieWithParent).
+func runAll(o options) (*report, error) {
+	start := time.Now()
+	srv, err := startRedis(o.redisServer)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	defer func() { signal.Stop(sigs); close(done) }()
+	go func() {
+		select {
+		case s := <-sigs:
+			srv.stop()
+			fmt.Fprintf(os.Stderr, "%v: redis-server stopped\n", s)
+			os.Exit(130)
+		case <-done:
+		}
+	}()
+	progressf(o, "redis-server on %s", srv.addr())
+
+	r := &report{o: o, machine: machineLine(o.redisServer)}
+	if r.overhead, err = runOverhead(o); err != nil {
+		return nil, fmt.Errorf("figure 1: %w", err)
+	}
+	if r.heap, err = runHeap(o); err != nil {
+		return nil, fmt.Errorf("figure 2: %w", err)
+	}
+	if r.throughput, err = runThroughput(o, srv); err != nil {
+		return nil, fmt.Errorf("figures 3-4: %w", err)
+	}
+	if r.replicas, err = runReplicas(o, srv); err != nil {
+		return nil, fmt.Errorf("figure 5: %w", err)
+	}
+	if r.ceiling, err = runCeiling(o, srv); err != nil {
+		return nil, fmt.Errorf("figure 6: %w", err)
+	}
+	r.elapsed = time.Since(start)
+	return r, nil
+}
+
+// write prints the header and every figure's tables.
+func (r *report) write(w io.Writer) {
+	fmt.Fprintln(w, "# github.com/fiberlimit/limiter: side-by-side benchmark")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "command: %s\n", r.o.command)
+	fmt.Fprintf(w, "machine: %s\n", r.machine)
+	fmt.Fprintf(w, "rounds:  %d; each round runs every variant of a figure in turn; cells are medians over rounds; run took %s\n",
+		r.o.rounds, r.elapsed.Round(time.Second))
+	fmt.Fprintln(w, "peers:   Fiber v2 middleware/limiter (memory; gofiber/storage/redis/v3), go-redis/redis_rate/v10, ulule/limiter/v3 (redis; memory)")
+	for _, ts := range [][]*table{r.overhead.tables(), r.heap.tables(), r.throughput.tables(), r.replicas.tables(), r.ceiling.tables()} {
+		for _, t := range ts {
+			t.write(w)
+		}
+	}
+}
