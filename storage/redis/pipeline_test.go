@@ -70,27 +70,9 @@ func TestClusterPipelinesPerNode(t *testing.T) {
 	store := New(cluster.Client(t))
 	const callers, keys, limit = 96, 300, 3
 	rule := Rule{Algorithm: FixedWindow, Limit: limit, Window: time.Hour}
-	admitted := make([]atomic.Int64, keys)
-	var wg sync.WaitGroup
-	for g := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range keys * (limit + 2) / callers * 4 {
-				k := (g*7919 + i) % keys
-				r, err := store.Take(context.Background(), "node-"+strconv.Itoa(k), rule, 1)
-				if !assert.NoError(t, err) {
-					return
-				}
-				if r.Allowed {
-					admitted[k].Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	admitted := takeConcurrently(t, store, rule, callers, keys*(limit+2)/callers*4, keys, "node-", func(g, i int) int { return (g*7919 + i) % keys })
 	for k := range admitted {
-		require.Equal(t, int64(limit), admitted[k].Load(), "key %d", k)
+		require.Equal(t, int64(limit), admitted[k], "key %d", k)
 	}
 	nodes := 0
 	store.pipes.nodes.Range(func(any, any) bool { nodes++; return true })
@@ -138,15 +120,34 @@ func TestRingPipelinesPerShard(t *testing.T) {
 	store := New(ring)
 	const callers, keys, limit = 32, 100, 2
 	rule := Rule{Algorithm: SlidingWindow, Limit: limit, Window: time.Hour}
+	admitted := takeConcurrently(t, store, rule, callers, keys, keys, "ring-", func(g, i int) int { return (g + i) % keys })
+	for k := range admitted {
+		require.Equal(t, int64(limit), admitted[k], "key %d", k)
+	}
+	shards := 0
+	store.pipes.nodes.Range(func(any, any) bool { shards++; return true })
+	assert.Equal(t, 2, shards, "one batcher per shard")
+	for _, s := range []*redistest.Server{a, b} {
+		n, err := s.Client(t).DBSize(context.Background()).Result()
+		require.NoError(t, err)
+		assert.Greater(t, n, int64(20), "shard %s holds too few of the %d keys", s.Addr(), keys)
+	}
+}
+
+// takeConcurrently has callers goroutines make each Takes of cost 1 under
+// rule, the i-th of goroutine g on key prefix+keyOf(g, i), and returns how
+// many were admitted per key index (of keys).
+func takeConcurrently(t *testing.T, store *Store, rule Rule, callers, each, keys int, prefix string, keyOf func(g, i int) int) []int64 {
+	t.Helper()
 	admitted := make([]atomic.Int64, keys)
 	var wg sync.WaitGroup
 	for g := range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range keys {
-				k := (g + i) % keys
-				r, err := store.Take(context.Background(), "ring-"+strconv.Itoa(k), rule, 1)
+			for i := range each {
+				k := keyOf(g, i)
+				r, err := store.Take(context.Background(), prefix+strconv.Itoa(k), rule, 1)
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -157,15 +158,9 @@ func TestRingPipelinesPerShard(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	out := make([]int64, keys)
 	for k := range admitted {
-		require.Equal(t, int64(limit), admitted[k].Load(), "key %d", k)
+		out[k] = admitted[k].Load()
 	}
-	shards := 0
-	store.pipes.nodes.Range(func(any, any) bool { shards++; return true })
-	assert.Equal(t, 2, shards, "one batcher per shard")
-	for _, s := range []*redistest.Server{a, b} {
-		n, err := s.Client(t).DBSize(context.Background()).Result()
-		require.NoError(t, err)
-		assert.Greater(t, n, int64(20), "shard %s holds too few of the %d keys", s.Addr(), keys)
-	}
+	return out
 }
