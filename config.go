@@ -134,14 +134,19 @@ type Config struct {
 	// is on a rejection the Retry-After value, so Retry-After is never
 	// earlier than t, and otherwise the seconds until the quota is fully
 	// back. For TokenBucket, q is the Burst and w the seconds a bucket takes
-	// to fill. Retry-After goes with every rejection that can succeed later,
+	// to fill. w is whole seconds, rounded up, and q is not scaled to it, so
+	// a window below a second (or of a fractional number of seconds) is
+	// advertised as a stricter policy than the one enforced. With several
+	// limiters in a row under different PolicyNames, the fields list every
+	// policy. Retry-After goes with every rejection that can succeed later,
 	// whatever the mode.
 	//
 	// Default: HeadersXRateLimit
 	Headers HeaderMode
 
 	// PolicyName names the quota policy in the IETF headers. It must be
-	// printable ASCII; quotes and backslashes are escaped.
+	// printable ASCII; quotes and backslashes are escaped. Setting it (or
+	// HeaderPartitionKey) without HeadersIETF or HeadersBoth panics.
 	//
 	// Default: "default"
 	PolicyName string
@@ -166,7 +171,11 @@ type Config struct {
 	// OnDecision, when set, is called with every decision, admitted or
 	// not, on the request's goroutine, before the request goes on or is
 	// rejected: for metrics and logs. It costs the call and two clock
-	// reads. See DecisionEvent.
+	// reads. Requests that Next skips, or that a MaxFunc result <= 0 leaves
+	// unlimited, are not decided and not reported. With the default
+	// KeyGenerator in memory, setting it (or HeaderPartitionKey) makes the
+	// key the client IP as text, which costs one allocation per request.
+	// See DecisionEvent.
 	//
 	// Optional. Default: nil
 	OnDecision func(c *fiber.Ctx, e DecisionEvent)

@@ -209,10 +209,11 @@ func ExampleFailurePolicy() {
 	for _, policy := range []limiter.FailurePolicy{limiter.FailFallback, limiter.FailOpen, limiter.FailClosed} {
 		app := fiber.New()
 		app.Use(limiter.New(limiter.Config{
-			Max:           2,
-			Expiration:    time.Minute,
-			Storage:       downStorage{},
-			FailurePolicy: policy,
+			Max:            2,
+			Expiration:     time.Minute,
+			Storage:        downStorage{},
+			FailurePolicy:  policy,
+			StorageTimeout: time.Second, // so that a loaded machine does not turn the error into a timeout
 			OnStorageError: func(err error) {
 				var se *limiter.StorageError
 				if errors.As(err, &se) && se.Failures == 1 {

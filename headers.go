@@ -1,12 +1,14 @@
 package limiter
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 )
 
 // HeaderMode chooses which rate-limit headers a response carries.
@@ -45,14 +47,16 @@ func (m HeaderMode) String() string {
 	return "HeaderMode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// Header names, set as written (fasthttp's SetCanonical does not normalize
-// them).
+// Header names in the form fasthttp normalizes names to, as Fiber's c.Set
+// would store them, so that SetCanonical (which does not normalize) stores
+// them where c.GetRespHeader, c.Set and Header.Del look for them. HTTP
+// header names are case-insensitive.
 var (
-	headerLimit       = []byte("X-RateLimit-Limit")
-	headerRemaining   = []byte("X-RateLimit-Remaining")
-	headerReset       = []byte("X-RateLimit-Reset")
-	headerPolicy      = []byte("RateLimit-Policy")
-	headerRateLimit   = []byte("RateLimit")
+	headerLimit       = []byte("X-Ratelimit-Limit")
+	headerRemaining   = []byte("X-Ratelimit-Remaining")
+	headerReset       = []byte("X-Ratelimit-Reset")
+	headerPolicy      = []byte("Ratelimit-Policy")
+	headerRateLimit   = []byte("Ratelimit")
 	headerRetryAfter  = []byte(fiber.HeaderRetryAfter)
 	defaultPolicyName = "default"
 )
@@ -87,6 +91,9 @@ func newHeaderWriter(cfg Config, constLimit int64, policyWindow time.Duration) h
 		ietf:       mode == HeadersIETF || mode == HeadersBoth,
 		withKey:    cfg.HeaderPartitionKey,
 	}
+	if !w.ietf && (cfg.PolicyName != "" || cfg.HeaderPartitionKey) {
+		panic(fmt.Sprintf("limiter: PolicyName or HeaderPartitionKey is set but Headers is %v; they apply to the IETF headers only (HeadersIETF or HeadersBoth)", mode))
+	}
 	name := cfg.PolicyName
 	if name == "" {
 		name = defaultPolicyName
@@ -111,7 +118,7 @@ func newHeaderWriter(cfg Config, constLimit int64, policyWindow time.Duration) h
 // rejection that can succeed later, unless dryRun: the request then goes on
 // as admitted.
 func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow time.Duration, dryRun bool) {
-	var buf [64]byte
+	var buf [256]byte // the longest value, RateLimit-Policy with a 100-byte name, fits; pk of a long key may not
 	h := &c.Response().Header
 	retry := !d.Allowed && d.RetryAfter != InfDuration
 	if w.xRateLimit {
@@ -125,9 +132,10 @@ func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow 
 	}
 	if w.ietf {
 		if w.policy != nil {
-			h.SetCanonical(headerPolicy, w.policy)
+			w.setMember(h, headerPolicy, w.policy, buf[:0])
 		} else {
-			h.SetCanonical(headerPolicy, w.appendPolicy(buf[:0], int64(d.Limit), policyWindow, key))
+			v := w.appendPolicy(buf[:0], int64(d.Limit), policyWindow, key)
+			w.setMember(h, headerPolicy, v, v[len(v):])
 		}
 		// t is when more quota is available: on a rejection, when this
 		// request would be admitted, which is Retry-After's value, so that
@@ -145,11 +153,27 @@ func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow 
 		if w.withKey {
 			v = appendPartitionKey(v, key)
 		}
-		h.SetCanonical(headerRateLimit, v)
+		w.setMember(h, headerRateLimit, v, v[len(v):])
 	}
 	if retry && !dryRun {
 		h.SetCanonical(headerRetryAfter, strconv.AppendInt(buf[:0], max(1, ceilSeconds(d.RetryAfter)), 10))
 	}
+}
+
+// setMember sets field to member, this limiter's policy, unless the field
+// already lists other policies (another limiter in front of this one, with
+// another PolicyName): member is then added to the list, so that a client
+// sees every policy it is under. A field already naming this policy (as
+// when the same handler runs twice) is replaced. scratch is spare room for
+// the joined value.
+func (w *headerWriter) setMember(h *fasthttp.ResponseHeader, field, member, scratch []byte) {
+	prev := h.PeekBytes(field)
+	if len(prev) == 0 || bytes.HasPrefix(prev, w.name) && (len(prev) == len(w.name) || prev[len(w.name)] == ';') {
+		h.SetCanonical(field, member)
+		return
+	}
+	joined := append(append(append(scratch, prev...), ", "...), member...)
+	h.SetCanonical(field, joined)
 }
 
 // appendPolicy appends a RateLimit-Policy value: the policy's name, its

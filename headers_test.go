@@ -214,8 +214,10 @@ func TestHeaderConfigPanics(t *testing.T) {
 	}{
 		{Config{DisableHeaders: true, Headers: HeadersIETF}, "limiter: DisableHeaders is true but Headers is IETF"},
 		{Config{Headers: 9}, "limiter: Headers is 9"},
-		{Config{PolicyName: "a\nb"}, "limiter: PolicyName \"a\\nb\" has byte 0x0a at 1"},
-		{Config{PolicyName: "café"}, "limiter: PolicyName \"café\" has byte 0xc3 at 3"},
+		{Config{PolicyName: "a\nb", Headers: HeadersBoth}, "limiter: PolicyName \"a\\nb\" has byte 0x0a at 1"},
+		{Config{PolicyName: "café", Headers: HeadersIETF}, "limiter: PolicyName \"café\" has byte 0xc3 at 3"},
+		{Config{PolicyName: "api"}, "limiter: PolicyName or HeaderPartitionKey is set but Headers is XRateLimit"},
+		{Config{HeaderPartitionKey: true, Headers: HeadersNone}, "limiter: PolicyName or HeaderPartitionKey is set but Headers is None"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -233,6 +235,50 @@ func mustPanicSuffix(cfg Config) string {
 		return "; set only Headers (HeadersNone)"
 	case cfg.Headers > HeadersNone:
 		return "; it must be HeadersXRateLimit, HeadersIETF, HeadersBoth or HeadersNone"
+	case cfg.Headers != HeadersIETF && cfg.Headers != HeadersBoth:
+		return "; they apply to the IETF headers only (HeadersIETF or HeadersBoth)"
 	}
 	return "; it must be printable ASCII (an RFC 9651 String)"
+}
+
+// Two limiters in a row with different policy names: the IETF fields list
+// both policies, so a client sees the tighter one too; a handler after the
+// limiter reads the headers by their usual names.
+func TestIETFHeadersOfStackedLimiters(t *testing.T) {
+	app := fiber.New()
+	app.Use(New(Config{Max: 1, Expiration: 10 * time.Second, Headers: HeadersIETF, PolicyName: "burst"}))
+	app.Use(New(Config{Max: 1000, Expiration: time.Hour, Headers: HeadersBoth, PolicyName: "hourly"}))
+	var seen []string
+	app.Get("/", func(c *fiber.Ctx) error {
+		seen = append(seen, c.GetRespHeader("RateLimit-Policy"), c.GetRespHeader("RateLimit"), c.GetRespHeader("X-RateLimit-Limit"))
+		return c.SendString("ok")
+	})
+	resp := get(t, app, "/", "")
+	require.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, `"burst";q=1;w=10, "hourly";q=1000;w=3600`, resp.Header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"burst";r=0;t=10, "hourly";r=999;t=3600`, resp.Header.Get("RateLimit"))
+	assert.Equal(t, []string{resp.Header.Get("RateLimit-Policy"), resp.Header.Get("RateLimit"), "1000"}, seen)
+	for _, field := range []string{"RateLimit-Policy", "RateLimit"} {
+		list, err := httpsfv.UnmarshalList([]string{resp.Header.Get(field)})
+		require.NoError(t, err)
+		require.Len(t, list, 2, field)
+		assert.Equal(t, "burst", list[0].(httpsfv.Item).Value)
+		assert.Equal(t, "hourly", list[1].(httpsfv.Item).Value)
+	}
+	resp = get(t, app, "/", "")
+	require.Equal(t, 429, resp.StatusCode)
+	assert.Equal(t, `"burst";r=0;t=10`, resp.Header.Get("RateLimit"), "rejected by the first: the second did not run")
+}
+
+// With the in-memory default key (the client IP), the partition key and
+// the hook see the address as text, as c.IP() gives it.
+func TestDefaultKeyIsTextForHookAndPartitionKey(t *testing.T) {
+	var keys []string
+	app := newApp(Config{Headers: HeadersIETF, HeaderPartitionKey: true, OnDecision: func(_ *fiber.Ctx, e DecisionEvent) {
+		keys = append(keys, e.Key)
+	}}, nil, nil)
+	resp := get(t, app, "/", "")
+	assert.Equal(t, []string{"0.0.0.0"}, keys)
+	_, params := sfItem(t, resp.Header.Get("RateLimit"))
+	assert.Equal(t, []byte("0.0.0.0"), params["pk"])
 }

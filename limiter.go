@@ -60,7 +60,7 @@ type handler struct {
 	// retryUnavailable is the Retry-After of FailClosed's 503: the breaker's
 	// cool-down in whole seconds, at least 1.
 	retryUnavailable []byte
-	cooldown         time.Duration // BreakerCooldown
+	retryClosed      time.Duration // retryUnavailable as a duration, for OnDecision
 }
 
 // newHandler builds the middleware for alg. cfg may come straight from a
@@ -104,7 +104,9 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 		h.backend = newManager(alg, cfg.MaxKeys, clock)
 		h.inMemory = true
 		h.backendName = "memory"
-		if isDefaultKeyGenerator(cfg.KeyGenerator) {
+		// The raw-bytes IP key saves formatting the address, but is no
+		// text to show in a header or hand to a hook.
+		if isDefaultKeyGenerator(cfg.KeyGenerator) && cfg.OnDecision == nil && !cfg.HeaderPartitionKey {
 			h.keyFunc = (&ipKeyer{}).key
 		}
 	} else if conn, ok := cfg.Storage.(redisConn); ok {
@@ -118,7 +120,7 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 		h.backend = newGuardedStore(newStorageBackend(cfg.Storage, alg, cfg.KeyPrefix, clock), false, cfg, alg)
 		h.backendName = "storage"
 	}
-	h.cooldown = cfg.BreakerCooldown
+	h.retryClosed = time.Duration(max(1, ceilSeconds(cfg.BreakerCooldown))) * time.Second
 	h.retryUnavailable = []byte(strconv.FormatInt(max(1, ceilSeconds(cfg.BreakerCooldown)), 10))
 	return h.serve
 }
@@ -169,7 +171,7 @@ func (h *handler) serve(c *fiber.Ctx) error {
 		return c.Next()
 	case errFailClosed:
 		if h.onDecision != nil {
-			h.report(c, key, cost, Decision{Limit: h.quota(r), RetryAfter: h.cooldown}, SourceFailClosed, start)
+			h.report(c, key, cost, Decision{Limit: h.quota(r), RetryAfter: h.retryClosed}, SourceFailClosed, start)
 		}
 		if h.dryRun {
 			return c.Next()
