@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -49,7 +51,7 @@ type pipelines struct {
 	// is only one.
 	node  func(ctx context.Context, key string) (*redis.Client, error)
 	one   *batcher
-	nodes sync.Map // *redis.Client → *batcher
+	nodes sync.Map // node address → *batcher, of the node's current client
 	stats pipelineStats
 }
 
@@ -79,15 +81,42 @@ func (p *pipelines) run(ctx context.Context, alg Algorithm, key string, arg []by
 	if err != nil || node == nil {
 		return runScript(ctx, p.client, alg, key, string(arg)).Result()
 	}
-	b, ok := p.nodes.Load(node)
-	if !ok {
-		b, _ = p.nodes.LoadOrStore(node, newBatcher(node, &p.stats))
-	}
-	res, err := b.(*batcher).run(ctx, alg, key, arg)
-	if redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
+	res, err := p.batcherFor(node).run(ctx, alg, key, arg)
+	if err != nil && notRun(err) {
 		return runScript(ctx, p.client, alg, key, string(arg)).Result()
 	}
 	return res, err
+}
+
+// batcherFor returns the batcher of node, one per address: a node whose
+// client the cluster or ring has replaced (after a topology change) gets a
+// new batcher in place of the old one, so the map holds one per address.
+func (p *pipelines) batcherFor(node *redis.Client) *batcher {
+	addr := node.Options().Addr
+	if b, ok := p.nodes.Load(addr); ok && b.(*batcher).client == node {
+		return b.(*batcher)
+	}
+	b := newBatcher(node, &p.stats)
+	p.nodes.Store(addr, b)
+	return b
+}
+
+// notRun tells whether err, from a call sent to a node's own client, says
+// the script did not run there, so that the call may go again through the
+// cluster or ring client, which follows redirections and retries as it is
+// configured to: the node no longer serves the key's slot (MOVED, ASK),
+// the cluster or node cannot take writes now (CLUSTERDOWN, TRYAGAIN,
+// LOADING, MASTERDOWN, READONLY), or the call never left (the node's
+// client is closed, its pool timed out, or the dial failed).
+func notRun(err error) bool {
+	for _, prefix := range [...]string{"MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN", "READONLY"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	var op *net.OpError
+	return errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.As(err, &op) && op.Op == "dial"
 }
 
 // batchedCall is one script call waiting in a batcher.
@@ -197,6 +226,11 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 		return
 	}
 	pipe := b.client.Pipeline()
+	// A PING goes first. go-redis sends a whole pipeline again when its
+	// first reply is an error it retries (LOADING, READONLY, CLUSTERDOWN,
+	// TRYAGAIN, ...), which would run the other calls, already answered,
+	// once more: a PING is answered in every one of those states.
+	pipe.Ping(ctx)
 	sent := 0
 	for _, c := range batch {
 		if c.ctx.Err() != nil {
@@ -220,6 +254,7 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 		}
 		if len(missing) > 0 {
 			pipe := b.client.Pipeline()
+			pipe.Ping(ctx) // as above
 			for _, c := range missing {
 				c.cmd = scriptCmd(ctx, "eval", scriptSources[c.alg], c.key, c.arg)
 				_ = pipe.Process(ctx, c.cmd)
@@ -243,12 +278,14 @@ func execErr(cmds []redis.Cmder, err error) {
 	}
 }
 
-// PipelineStats reports how many writes the Store has sent to Redis
-// (pipelines, a call sent alone counting as a pipeline of one) and how many
+// PipelineStats reports how many writes the Store's pipelines have sent to
+// Redis (a call sent alone counting as a pipeline of one) and how many
 // script calls they carried, since it was made: calls/pipelines is how many
 // calls shared a write on average, 1 when there is no concurrency to
-// coalesce. Calls that went around the pipelines (to a cluster whose slots
-// were moving) are not counted. Both are 0 with WithoutPipelining.
+// coalesce. Not counted: the EVAL that follows a NOSCRIPT, writes that
+// go-redis sends again, and calls that went again through a ClusterClient
+// or Ring (see WithoutPipelining), which count once, in their first write.
+// Both are 0 with WithoutPipelining.
 func (s *Store) PipelineStats() (pipelines, calls int64) {
 	if s.pipes == nil {
 		return 0, 0

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -163,4 +164,71 @@ func takeConcurrently(t *testing.T, store *Store, rule Rule, callers, each, keys
 		out[k] = admitted[k].Load()
 	}
 	return out
+}
+
+// A pipeline whose first call gets an error reply that go-redis retries
+// (CLUSTERDOWN, for a slot no master serves) is not sent again whole: the
+// other calls in it run once. The Store puts a PING first for that.
+func TestRetriedFirstReplyDoesNotRunThePipelineAgain(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cluster.Addrs(), MaxRetries: 3})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	require.NoError(t, client.ForEachShard(ctx, func(ctx context.Context, c *goredis.Client) error {
+		return c.ConfigSet(ctx, "cluster-require-full-coverage", "no").Err()
+	}))
+	node, err := client.MasterForKey(ctx, "{orphan}")
+	require.NoError(t, err)
+	slot := client.ClusterKeySlot(ctx, "{orphan}").Val()
+	var other string // a key on the same master, in another slot
+	for i := 0; other == ""; i++ {
+		k := "neighbour-" + strconv.Itoa(i)
+		n, err := client.MasterForKey(ctx, k)
+		require.NoError(t, err)
+		if n == node && client.ClusterKeySlot(ctx, k).Val() != slot {
+			other = k
+		}
+	}
+	require.NoError(t, node.Do(ctx, "CLUSTER", "DELSLOTS", slot).Err())
+	require.NoError(t, node.ScriptLoad(ctx, scriptSources[FixedWindow]).Err())
+
+	rule := Rule{Algorithm: FixedWindow, Limit: 1000, Window: time.Hour}
+	var arg [argSize]byte
+	arg[0] = argServerTime
+	binary.LittleEndian.PutUint32(arg[1:], 1000)
+	binary.LittleEndian.PutUint32(arg[5:], 1000)
+	putUint(arg[9:16], uint64(time.Hour/time.Millisecond))
+	putUint(arg[16:21], 1)
+	batch := []*batchedCall{
+		{ctx: ctx, alg: FixedWindow, key: "{orphan}", arg: string(arg[:])},
+		{ctx: ctx, alg: FixedWindow, key: other, arg: string(arg[:])},
+	}
+	newBatcher(node, &pipelineStats{}).exec(ctx, batch)
+	assert.True(t, goredis.HasErrorPrefix(batch[0].cmd.Err(), "CLUSTERDOWN"), "first: %v", batch[0].cmd.Err())
+	require.NoError(t, batch[1].cmd.Err())
+	r, err := New(client, WithoutPipelining()).Take(ctx, other, rule, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(999), r.Remaining, "the second call ran %d times", 1000-r.Remaining)
+}
+
+// Shard changes on a Ring replace a shard's client: the Store keeps one
+// batcher per address, not one per client it has ever seen.
+func TestRingShardChangesKeepOneBatcherPerAddress(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"s": a.Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	store := New(ring)
+	rule := Rule{Algorithm: FixedWindow, Limit: 100, Window: time.Hour}
+	for i := range 20 {
+		addr := a.Addr()
+		if i%2 == 1 {
+			addr = b.Addr()
+		}
+		ring.SetAddrs(map[string]string{"s": addr})
+		_, err := store.Take(context.Background(), "shard-change", rule, 1)
+		require.NoError(t, err, "change %d", i)
+	}
+	n := 0
+	store.pipes.nodes.Range(func(any, any) bool { n++; return true })
+	assert.LessOrEqual(t, n, 2)
 }

@@ -80,14 +80,26 @@ func WithClock(now func() time.Time) Option {
 // without a timer. On a ClusterClient or Ring, each node (each shard) has
 // pipelines of its own, so a slow node delays only its own keys.
 //
-// One thing differs with pipelining. When the connection drops after a
-// pipeline was written (Redis killed, a proxy resetting it), go-redis sends
-// the whole pipeline again on a new connection if the client's MaxRetries
-// allows and the call's deadline has not passed; calls on it that Redis had
-// already run are then counted twice. Without pipelining the same can
-// happen to the one call whose reply was lost. A client with MaxRetries -1
-// never resends: such calls fail instead, and the limiter's FailurePolicy
-// answers them.
+// Resends. go-redis sends a call again after a network error or a read
+// timeout (a Redis slower than the client's ReadTimeout) while its retry
+// budget (a Client's MaxRetries, 3 by default) and the call's context
+// allow, and a call that Redis had already run then counts twice. It sends
+// a pipeline again whole, so pipelined that can be every call of the write
+// rather than one. A read timeout that comes from the call's own deadline
+// is not resent; the limiter gives every call its StorageTimeout, well
+// below the default ReadTimeout. A Client with MaxRetries -1 never
+// resends. A pipeline handed to another goroutine runs under the latest of
+// its calls' deadlines, or none if one of them has none.
+//
+// Cluster and Ring. Pipelines go through each node's (each shard's) own
+// client, which retries as ClusterOptions.MaxRetries says (not at all by
+// default; a Ring's shards never do). A call that did not run there
+// (MOVED, ASK, CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY, or a
+// call that never left) goes again through the ClusterClient or Ring. Hooks
+// added to the ClusterClient or Ring itself do not see pipelined calls:
+// add them to every node through OnNewNode, as redisotel does, or use
+// WithoutPipelining. On a plain Client, pipelined calls reach a hook's
+// ProcessPipelineHook, not its ProcessHook.
 func WithoutPipelining() Option {
 	return func(s *Store) { s.unpipelined = true }
 }
