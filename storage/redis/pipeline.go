@@ -127,6 +127,24 @@ type batchedCall struct {
 	arg  string
 	cmd  *redis.StringCmd
 	done chan struct{} // closed when cmd has its answer; nil for the call that sends it
+	// woken is set, by the goroutine sending the call only, once done is
+	// closed.
+	woken bool
+}
+
+// wake tells c's caller that c.cmd has its answer, once.
+func (c *batchedCall) wake() {
+	if c.done != nil && !c.woken {
+		c.woken = true
+		close(c.done)
+	}
+}
+
+// leave gives c the error of its caller's context, which has ended: c is
+// not sent.
+func (c *batchedCall) leave() {
+	c.cmd = redis.NewStringCmd(c.ctx)
+	c.cmd.SetErr(c.ctx.Err())
 }
 
 // run makes the script call of alg for key with arg, and waits for its
@@ -175,35 +193,74 @@ func (b *batcher) send(ctx context.Context, batch []*batchedCall) {
 	b.exec(ctx, batch)
 }
 
-// batchContext is the context a pipeline of calls is sent under: the values
-// of the first call's context, and the latest of the calls' deadlines, or
-// none if one has none.
+// batchContext is the context a pipeline of calls is sent under, made from
+// the calls whose callers still wait (the others are not sent): the values
+// of the first one's context; as its deadline, the latest of theirs (none
+// if one has none), so that a client that reads under its context's
+// deadline waits for the answers as long as some caller does; and it ends
+// at the earliest of their deadlines. go-redis sends a pipeline again after
+// a read timeout and some error replies for as long as its context lasts:
+// ending it when the first caller gives up means a call is never sent again
+// once its caller has gone, as without pipelining. The calls of callers
+// that still wait then fail with the context's error.
 func batchContext(calls []*batchedCall) (context.Context, context.CancelFunc) {
-	base := context.WithoutCancel(calls[0].ctx)
-	var latest time.Time
+	var first *batchedCall
+	var earliest, latest time.Time
+	unbounded := false
 	for _, c := range calls {
+		if c.ctx.Err() != nil {
+			continue
+		}
+		if first == nil {
+			first = c
+		}
 		d, ok := c.ctx.Deadline()
 		if !ok {
-			return base, func() {}
+			unbounded = true
+			continue
+		}
+		if earliest.IsZero() || d.Before(earliest) {
+			earliest = d
 		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	return context.WithDeadline(base, latest)
+	if first == nil {
+		first = calls[0]
+	}
+	base := context.WithoutCancel(first.ctx)
+	if earliest.IsZero() {
+		return context.WithCancel(base)
+	}
+	if !unbounded && earliest.Equal(latest) {
+		return context.WithDeadline(base, latest)
+	}
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if unbounded {
+		ctx, cancel = context.WithCancel(base)
+	} else {
+		ctx, cancel = context.WithDeadline(base, latest)
+	}
+	timer := time.AfterFunc(time.Until(earliest), cancel)
+	return ctx, func() { timer.Stop(); cancel() }
 }
 
-// exec sends batch as one pipeline of EVALSHA under ctx, and the calls that
-// found their script missing (after a restart or SCRIPT FLUSH) as one
-// pipeline of EVAL, then wakes every caller. Callers also wait for their
-// own contexts; a client that ignores ctx's deadline is bounded by its
-// ReadTimeout.
+// exec sends batch as one pipeline of EVALSHA under ctx, wakes the callers
+// answered, then sends the calls that found their script missing (after a
+// restart or SCRIPT FLUSH) and whose callers still wait as one pipeline of
+// EVAL, and wakes the rest. Callers also wait for their own contexts; a
+// client that ignores ctx's deadline is bounded by its ReadTimeout.
 func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 	defer func() {
 		// A panic (in a go-redis hook, say) fails the calls, not the process.
 		if p := recover(); p != nil {
 			err := fmt.Errorf("limiter: redis pipeline panicked: %v", p)
 			for _, c := range batch {
+				if c.woken {
+					continue
+				}
 				if c.cmd == nil {
 					c.cmd = redis.NewStringCmd(ctx)
 				}
@@ -213,9 +270,7 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 			}
 		}
 		for _, c := range batch {
-			if c.done != nil {
-				close(c.done)
-			}
+			c.wake()
 		}
 	}()
 	if len(batch) == 1 && batch[0].ctx.Err() == nil { // alone: a plain call costs less than a pipeline of one
@@ -234,8 +289,7 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 	sent := 0
 	for _, c := range batch {
 		if c.ctx.Err() != nil {
-			c.cmd = redis.NewStringCmd(c.ctx)
-			c.cmd.SetErr(c.ctx.Err())
+			c.leave()
 			continue
 		}
 		c.cmd = scriptCmd(ctx, "evalsha", scripts[c.alg].Hash(), c.key, c.arg)
@@ -248,7 +302,13 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 		b.stats.calls.Add(int64(sent))
 		var missing []*batchedCall
 		for _, c := range batch {
-			if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			switch {
+			case !redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT"):
+				c.wake()
+			case c.ctx.Err() != nil:
+				c.leave() // gone while its script was missing: not sent again
+				c.wake()
+			default:
 				missing = append(missing, c)
 			}
 		}

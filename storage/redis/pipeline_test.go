@@ -232,3 +232,144 @@ func TestRingShardChangesKeepOneBatcherPerAddress(t *testing.T) {
 	store.pipes.nodes.Range(func(any, any) bool { n++; return true })
 	assert.LessOrEqual(t, n, 2)
 }
+
+// testTakeArg is the packed argument of a take of cost 1 under Limit 1000
+// per hour, on the server's clock.
+func testTakeArg() string {
+	var arg [argSize]byte
+	arg[0] = argServerTime
+	binary.LittleEndian.PutUint32(arg[1:], 1000)
+	binary.LittleEndian.PutUint32(arg[5:], 1000)
+	putUint(arg[9:16], uint64(time.Hour/time.Millisecond))
+	putUint(arg[16:21], 1)
+	return string(arg[:])
+}
+
+type ctxKey struct{}
+
+// A pipeline's context is made of the calls whose callers still wait: their
+// latest deadline (none if one has none) and the first one's values; it
+// ends at their earliest deadline, so that go-redis, which resends a
+// pipeline while its context lasts, never resends a call whose caller left.
+func TestBatchContext(t *testing.T) {
+	const soon, later = 60 * time.Millisecond, time.Hour
+	// call is a caller's call with a deadline d from now (0: none), whose
+	// caller has left if left.
+	type callSpec struct {
+		value string
+		d     time.Duration
+		left  bool
+	}
+	for _, tc := range []struct {
+		name         string
+		calls        []callSpec
+		wantDeadline time.Duration // from now; 0: none
+		endsAt       time.Duration // from now; 0: does not end by itself
+		wantValue    string
+	}{
+		{"one deadline", []callSpec{{"a", soon, false}}, soon, soon, "a"},
+		{"earliest ends, latest is the deadline", []callSpec{{"a", later, false}, {"b", soon, false}}, later, soon, "a"},
+		{"one without a deadline", []callSpec{{"a", soon, false}, {"b", 0, false}}, 0, soon, "a"},
+		{"none with a deadline", []callSpec{{"a", 0, false}}, 0, 0, "a"},
+		{"callers that left do not count", []callSpec{{"gone", 0, true}, {"b", soon, true}, {"c", later, false}}, later, 0, "c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Now()
+			var calls []*batchedCall
+			for _, c := range tc.calls {
+				ctx := context.WithValue(context.Background(), ctxKey{}, c.value)
+				cancel := context.CancelFunc(func() {})
+				if c.d != 0 {
+					ctx, cancel = context.WithDeadline(ctx, now.Add(c.d))
+				}
+				if c.left {
+					ctx, cancel = context.WithCancel(ctx)
+					cancel()
+				}
+				defer cancel()
+				calls = append(calls, &batchedCall{ctx: ctx})
+			}
+			ctx, cancel := batchContext(calls)
+			defer cancel()
+			d, ok := ctx.Deadline()
+			assert.Equal(t, tc.wantDeadline != 0, ok, "has a deadline")
+			if ok {
+				assert.True(t, d.Equal(now.Add(tc.wantDeadline)), "deadline %v from now, want %v", d.Sub(now), tc.wantDeadline)
+			}
+			assert.Equal(t, tc.wantValue, ctx.Value(ctxKey{}))
+			require.NoError(t, ctx.Err(), "ended at once")
+			if tc.endsAt == 0 {
+				select {
+				case <-ctx.Done():
+					t.Fatal("ended without a caller's deadline passing")
+				case <-time.After(150 * time.Millisecond):
+				}
+				return
+			}
+			select {
+			case <-ctx.Done():
+				assert.GreaterOrEqual(t, time.Since(now), tc.endsAt, "ended before the earliest deadline")
+			case <-time.After(10 * time.Second):
+				t.Fatal("did not end at the earliest deadline")
+			}
+		})
+	}
+	a, cancelA := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelA()
+	ctx, cancel := batchContext([]*batchedCall{{ctx: a}, {ctx: context.Background()}})
+	cancel()
+	assert.Error(t, ctx.Err(), "cancel ends it")
+}
+
+// noscriptHook calls onNoscript after a pipeline in which a command got
+// NOSCRIPT, before the pipeline's caller sees the replies.
+type noscriptHook struct{ onNoscript func() }
+
+func (noscriptHook) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (noscriptHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (h noscriptHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+				h.onNoscript()
+				break
+			}
+		}
+		return err
+	}
+}
+
+// After SCRIPT FLUSH, a pipeline's EVALSHA calls get NOSCRIPT and go again
+// as EVAL, except the call of a caller that left in between: it is not
+// sent again, so counts nothing, and gets its context's error. The other
+// call runs once.
+func TestPipelineDoesNotResendForACallerThatLeft(t *testing.T) {
+	server := redistest.Start(t)
+	client := server.Client(t)
+	ctx := context.Background()
+	require.NoError(t, client.ScriptFlush(ctx).Err())
+	leftCtx, leave := context.WithCancel(ctx)
+	defer leave()
+	client.AddHook(noscriptHook{onNoscript: leave})
+
+	left := &batchedCall{ctx: leftCtx, alg: TokenBucket, key: "left", arg: testTakeArg(), done: make(chan struct{})}
+	stays := &batchedCall{ctx: ctx, alg: TokenBucket, key: "stays", arg: testTakeArg(), done: make(chan struct{})}
+	newBatcher(client, &pipelineStats{}).exec(ctx, []*batchedCall{left, stays})
+
+	assert.ErrorIs(t, left.cmd.Err(), context.Canceled)
+	require.NoError(t, stays.cmd.Err())
+	for _, c := range []*batchedCall{left, stays} {
+		select {
+		case <-c.done:
+		default:
+			t.Errorf("%s: caller not woken", c.key)
+		}
+	}
+	n, err := client.Exists(ctx, "left").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the call of the caller that left ran")
+	r, err := New(client, WithoutPipelining()).Take(ctx, "stays", Rule{Algorithm: TokenBucket, Limit: 1000, Window: time.Hour}, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(999), r.Remaining, "the other call ran %d times", 1000-r.Remaining)
+}

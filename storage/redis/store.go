@@ -88,8 +88,12 @@ func WithClock(now func() time.Time) Option {
 // rather than one. A read timeout that comes from the call's own deadline
 // is not resent; the limiter gives every call its StorageTimeout, well
 // below the default ReadTimeout. A Client with MaxRetries -1 never
-// resends. A pipeline handed to another goroutine runs under the latest of
-// its calls' deadlines, or none if one of them has none.
+// resends. A pipeline handed to another goroutine reads its replies under
+// the latest deadline of its callers still waiting (none if one has none),
+// but is given up when the earliest of them passes: it is never sent again
+// for a caller that has left, though a caller with a later deadline in the
+// same write then gets its error sooner than alone. A call whose caller
+// left while its script was missing (NOSCRIPT) is not sent again as EVAL.
 //
 // Cluster and Ring. Pipelines go through each node's (each shard's) own
 // client, which retries as ClusterOptions.MaxRetries says (not at all by
@@ -99,7 +103,9 @@ func WithClock(now func() time.Time) Option {
 // added to the ClusterClient or Ring itself do not see pipelined calls:
 // add them to every node through OnNewNode, as redisotel does, or use
 // WithoutPipelining. On a plain Client, pipelined calls reach a hook's
-// ProcessPipelineHook, not its ProcessHook.
+// ProcessPipelineHook, not its ProcessHook. The Store keeps one small
+// batcher per node address it has sent to, for as long as it lives, also
+// for addresses that have left the cluster or ring.
 func WithoutPipelining() Option {
 	return func(s *Store) { s.unpipelined = true }
 }
