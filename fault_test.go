@@ -82,6 +82,20 @@ type faultCase struct {
 
 func (c faultCase) String() string { return c.policy.String() + "/" + c.kind.String() }
 
+// faultBothWays are the two ways storage/redis reaches Redis: pipelining
+// concurrent calls (the default) and one call at a time.
+var faultBothWays = []faultClient{faultGoRedis, faultGoRedisUnpipelined}
+
+// faultEveryPolicyBothWays is every policy with the default, pipelining
+// store, and the default policy with an unpipelined one too.
+func faultEveryPolicyBothWays() []faultCase {
+	var cases []faultCase
+	for _, policy := range faultPolicies {
+		cases = append(cases, faultCase{policy, faultGoRedis})
+	}
+	return append(cases, faultCase{FailFallback, faultGoRedisUnpipelined})
+}
+
 // faultStorage returns a Config.Storage on a client of its own to srv,
 // closed when the test ends.
 func faultStorage(t *testing.T, srv *redistest.Server, kind faultClient) fiber.Storage {
@@ -468,11 +482,12 @@ func (l *faultLoad) finish() map[int]int {
 // answer in Redis's place during it, and once the load stops a fresh key
 // is exact again.
 func TestFaultKilledMidLoad(t *testing.T) {
-	for _, policy := range faultPolicies {
-		t.Run(policy.String(), func(t *testing.T) {
+	for _, tc := range faultEveryPolicyBothWays() {
+		policy := tc.policy
+		t.Run(tc.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
 			hooks := faultHooks(faultReplicaN)
-			replicas := faultReplicas(t, srv, faultGoRedis, faultReplicaN, func(i int) Config {
+			replicas := faultReplicas(t, srv, tc.kind, faultReplicaN, func(i int) Config {
 				cfg := faultConfig(policy)
 				cfg.OnStorageError = hooks[i].record
 				return cfg
@@ -602,12 +617,13 @@ func faultTimeOpenBreaker(t *testing.T, replicas []fasthttp.RequestHandler, poli
 // reloads the script with EVAL, no failure reaches OnStorageError, and
 // every key is admitted exactly Max times across the replicas.
 func TestFaultScriptFlush(t *testing.T) {
-	for _, policy := range faultPolicies {
-		t.Run(policy.String(), func(t *testing.T) {
+	for _, tc := range faultEveryPolicyBothWays() {
+		policy := tc.policy
+		t.Run(tc.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
 			admin := srv.Client(t)
 			var hookCalls atomic.Int64
-			replicas := faultReplicas(t, srv, faultGoRedis, faultReplicaN, func(int) Config {
+			replicas := faultReplicas(t, srv, tc.kind, faultReplicaN, func(int) Config {
 				cfg := faultConfig(policy)
 				cfg.StorageTimeout = faultCallsTimeout
 				cfg.OnStorageError = func(error) { hookCalls.Add(1) }
@@ -651,9 +667,15 @@ func TestFaultScriptFlush(t *testing.T) {
 // million), every request of a 1.5 s outage fails on Redis, over a hundred
 // per replica, and each replica's hook is called once or twice.
 func TestFaultHookIsRateLimited(t *testing.T) {
+	for _, kind := range faultBothWays {
+		t.Run(kind.String(), func(t *testing.T) { faultHookIsRateLimited(t, kind) })
+	}
+}
+
+func faultHookIsRateLimited(t *testing.T, kind faultClient) {
 	srv := redistest.Start(t)
 	hooks := faultHooks(faultReplicaN)
-	replicas := faultReplicas(t, srv, faultGoRedis, faultReplicaN, func(i int) Config {
+	replicas := faultReplicas(t, srv, kind, faultReplicaN, func(i int) Config {
 		cfg := faultConfig(FailFallback)
 		cfg.BreakerFailures = 1_000_000
 		cfg.OnStorageError = hooks[i].record
@@ -715,27 +737,29 @@ func TestFaultHookIsRateLimited(t *testing.T) {
 // replicas×32), where without the cache it runs all 10,000.
 func TestFaultDenyCacheSparesRedis(t *testing.T) {
 	const max, flood, callers, slack = 5, 10_000, 32, 4
-	for _, replicaN := range []int{1, faultReplicaN} {
-		for _, disabled := range []bool{false, true} {
-			t.Run(fmt.Sprintf("replicas=%d/DisableDenyCache=%v", replicaN, disabled), func(t *testing.T) {
-				srv := redistest.Start(t)
-				admin := srv.Client(t)
-				replicas := faultReplicas(t, srv, faultGoRedis, replicaN, func(int) Config {
-					return Config{Max: max, Expiration: time.Minute, StorageTimeout: faultCallsTimeout, DisableDenyCache: disabled}
-				})
-				require.Equal(t, max, hammer(t, replicas, "hot", max, 1))
-				ctx := context.Background()
-				require.NoError(t, admin.ConfigResetStat(ctx).Err())
+	for _, kind := range faultBothWays {
+		for _, replicaN := range []int{1, faultReplicaN} {
+			for _, disabled := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%v/replicas=%d/DisableDenyCache=%v", kind, replicaN, disabled), func(t *testing.T) {
+					srv := redistest.Start(t)
+					admin := srv.Client(t)
+					replicas := faultReplicas(t, srv, kind, replicaN, func(int) Config {
+						return Config{Max: max, Expiration: time.Minute, StorageTimeout: faultCallsTimeout, DisableDenyCache: disabled}
+					})
+					require.Equal(t, max, hammer(t, replicas, "hot", max, 1))
+					ctx := context.Background()
+					require.NoError(t, admin.ConfigResetStat(ctx).Err())
 
-				require.Zero(t, hammer(t, replicas, "hot", flood, callers), "a request on the exhausted key was admitted")
-				evalsha := faultCommandCalls(t, admin, "evalsha")
-				t.Logf("%d replica(s), deny cache disabled %v: Redis ran %d EVALSHA for %d requests", replicaN, disabled, evalsha, flood)
-				if disabled {
-					require.Equal(t, flood, evalsha)
-				} else {
-					require.LessOrEqual(t, evalsha, replicaN*callers+slack)
-				}
-			})
+					require.Zero(t, hammer(t, replicas, "hot", flood, callers), "a request on the exhausted key was admitted")
+					evalsha := faultCommandCalls(t, admin, "evalsha")
+					t.Logf("%d replica(s), deny cache disabled %v: Redis ran %d EVALSHA for %d requests", replicaN, disabled, evalsha, flood)
+					if disabled {
+						require.Equal(t, flood, evalsha)
+					} else {
+						require.LessOrEqual(t, evalsha, replicaN*callers+slack)
+					}
+				})
+			}
 		}
 	}
 }
@@ -785,10 +809,20 @@ func TestFaultPanicOnTheRequestGoroutine(t *testing.T) {
 // breaker stays open through them and requests keep not waiting: p99 under
 // 1 ms seconds into the outage, with probes in the background.
 func TestFaultLongOutage(t *testing.T) {
+	for _, kind := range faultBothWays {
+		t.Run(kind.String(), func(t *testing.T) { faultLongOutage(t, kind) })
+	}
+}
+
+func faultLongOutage(t *testing.T, kind faultClient) {
 	srv := redistest.Start(t)
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: 1})
 	t.Cleanup(func() { _ = client.Close() })
-	app := replicaHandler(Config{Max: faultMax, Expiration: faultExpiration, Storage: redis.New(client)})
+	var opts []redis.Option
+	if kind == faultGoRedisUnpipelined {
+		opts = append(opts, redis.WithoutPipelining())
+	}
+	app := replicaHandler(Config{Max: faultMax, Expiration: faultExpiration, Storage: redis.New(client, opts...)})
 	require.Equal(t, fiber.StatusOK, faultGet(app, "warm").status)
 	srv.Stop()
 	// Past a few cool-downs, with enough failed dials to put the pool into

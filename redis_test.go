@@ -242,18 +242,22 @@ func TestRedisRefunds(t *testing.T) {
 
 // Decisions go on after the server forgets its scripts and after it restarts.
 func TestRedisScriptFlushAndRestart(t *testing.T) {
-	server := redistest.Start(t)
-	client := server.Client(t)
-	app := newApp(strict(Config{Max: 100, Storage: redis.New(client), LimiterMiddleware: SlidingWindow{}}), nil, nil)
-	require.Equal(t, 200, get(t, app, "/", "").StatusCode)
-	require.NoError(t, client.ScriptFlush(context.Background()).Err())
-	resp := get(t, app, "/", "")
-	require.Equal(t, 200, resp.StatusCode)
-	require.Equal(t, "98", resp.Header.Get("X-RateLimit-Remaining"))
-	server.Restart()
-	resp = get(t, app, "/", "")
-	require.Equal(t, 200, resp.StatusCode)
-	require.Equal(t, "99", resp.Header.Get("X-RateLimit-Remaining"), "a restarted server without data starts afresh")
+	for name, opts := range map[string][]redis.Option{"pipelined": nil, "unpipelined": {redis.WithoutPipelining()}} {
+		t.Run(name, func(t *testing.T) {
+			server := redistest.Start(t)
+			client := server.Client(t)
+			app := newApp(strict(Config{Max: 100, Storage: redis.New(client, opts...), LimiterMiddleware: SlidingWindow{}}), nil, nil)
+			require.Equal(t, 200, get(t, app, "/", "").StatusCode)
+			require.NoError(t, client.ScriptFlush(context.Background()).Err())
+			resp := get(t, app, "/", "")
+			require.Equal(t, 200, resp.StatusCode)
+			require.Equal(t, "98", resp.Header.Get("X-RateLimit-Remaining"))
+			server.Restart()
+			resp = get(t, app, "/", "")
+			require.Equal(t, 200, resp.StatusCode)
+			require.Equal(t, "99", resp.Header.Get("X-RateLimit-Remaining"), "a restarted server without data starts afresh")
+		})
+	}
 }
 
 // Every key the limiter writes has a TTL no longer than its state needs.
