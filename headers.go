@@ -121,6 +121,10 @@ func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow 
 	var buf [256]byte // the longest value, RateLimit-Policy with a 100-byte name, fits; pk of a long key may not
 	h := &c.Response().Header
 	retry := !d.Allowed && d.RetryAfter != InfDuration
+	var wait int64 // Retry-After's value, read before this limiter's fields replace those of a limiter in front
+	if retry {
+		wait = max(1, ceilSeconds(d.RetryAfter), w.exhaustedInFront(h))
+	}
 	if w.xRateLimit {
 		if w.limit != nil {
 			h.SetCanonical(headerLimit, w.limit)
@@ -156,8 +160,157 @@ func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow 
 		w.setMember(h, headerRateLimit, v, v[len(v):])
 	}
 	if retry && !dryRun {
-		h.SetCanonical(headerRetryAfter, strconv.AppendInt(buf[:0], max(1, ceilSeconds(d.RetryAfter)), 10))
+		h.SetCanonical(headerRetryAfter, strconv.AppendInt(buf[:0], wait, 10))
 	}
+}
+
+// exhaustedInFront returns how many seconds a limiter in front of this one
+// (another handler of the chain, which admitted the request) says its
+// quota stays spent, or 0: the largest t of a RateLimit member with r=0
+// other than this limiter's own policy, and X-RateLimit-Reset when
+// X-RateLimit-Remaining is 0. A retry before then would be rejected there,
+// so Retry-After is never earlier, and never earlier than any t with r=0
+// the response lists. Values it cannot read are passed over.
+func (w *headerWriter) exhaustedInFront(h *fasthttp.ResponseHeader) int64 {
+	wait := exhaustedMembers(h.PeekBytes(headerRateLimit), w.name)
+	if remaining := h.PeekBytes(headerRemaining); len(remaining) == 1 && remaining[0] == '0' {
+		if reset, ok := parseSeconds(h.PeekBytes(headerReset)); ok {
+			wait = max(wait, reset)
+		}
+	}
+	return wait
+}
+
+// exhaustedMembers returns the largest t among the members of a RateLimit
+// field (an RFC 9651 List of Items with parameters) whose r is 0, leaving
+// out a member named self (an RFC 9651 String with its quotes). It reads
+// the list as far as it is well formed and no further.
+func exhaustedMembers(field, self []byte) int64 {
+	var wait int64
+	p := sfParser{b: field}
+	for p.skipSpace(); !p.done(); {
+		name, ok := p.bareItem()
+		if !ok {
+			return wait
+		}
+		r, t := int64(-1), int64(0)
+		for p.skipByte(';') {
+			p.skipSpace()
+			k, ok := p.key()
+			if !ok {
+				return wait
+			}
+			if !p.skipByte('=') {
+				continue // a boolean parameter
+			}
+			v, isInt, ok := p.bareValue()
+			if !ok {
+				return wait
+			}
+			if isInt && len(k) == 1 && k[0] == 'r' {
+				r = v
+			} else if isInt && len(k) == 1 && k[0] == 't' {
+				t = v
+			}
+		}
+		if r == 0 && !bytes.Equal(name, self) {
+			wait = max(wait, t)
+		}
+		p.skipSpace()
+		if !p.skipByte(',') {
+			return wait
+		}
+		p.skipSpace()
+	}
+	return wait
+}
+
+// sfParser reads the few RFC 9651 pieces a RateLimit field is made of.
+type sfParser struct {
+	b []byte
+	i int
+}
+
+func (p *sfParser) done() bool { return p.i >= len(p.b) }
+
+func (p *sfParser) skipSpace() {
+	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t') {
+		p.i++
+	}
+}
+
+// skipByte consumes c if it comes next.
+func (p *sfParser) skipByte(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// bareItem consumes a String (returned with its quotes) or a Token, an
+// Integer or another run of bytes up to a parameter or the next member.
+func (p *sfParser) bareItem() ([]byte, bool) {
+	start := p.i
+	if p.skipByte('"') {
+		for p.i < len(p.b) {
+			switch p.b[p.i] {
+			case '\\':
+				p.i += 2
+				continue
+			case '"':
+				p.i++
+				return p.b[start:p.i], true
+			}
+			p.i++
+		}
+		return nil, false
+	}
+	for p.i < len(p.b) && p.b[p.i] != ';' && p.b[p.i] != ',' && p.b[p.i] != ' ' {
+		p.i++
+	}
+	return p.b[start:p.i], p.i > start
+}
+
+// key consumes a parameter's key: lowercase letters, digits, '_', '-',
+// '.' and '*'.
+func (p *sfParser) key() ([]byte, bool) {
+	start := p.i
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.' || c == '*') {
+			break
+		}
+		p.i++
+	}
+	return p.b[start:p.i], p.i > start
+}
+
+// bareValue consumes a parameter's value; isInt tells whether it is a
+// non-negative Integer, whose value v then is.
+func (p *sfParser) bareValue() (v int64, isInt, ok bool) {
+	item, ok := p.bareItem()
+	if !ok {
+		return 0, false, false
+	}
+	v, isInt = parseSeconds(item)
+	return v, isInt, true
+}
+
+// parseSeconds reads b as a non-negative decimal integer of at most 15
+// digits, as RFC 9651 Integers and delta-seconds are.
+func parseSeconds(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 15 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // setMember sets field to member, this limiter's policy, unless the field

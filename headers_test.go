@@ -282,3 +282,90 @@ func TestDefaultKeyIsTextForHookAndPartitionKey(t *testing.T) {
 	_, params := sfItem(t, resp.Header.Get("RateLimit"))
 	assert.Equal(t, []byte("0.0.0.0"), params["pk"])
 }
+
+// Two limiters in a row, in each header mode: the one in front admits the
+// second request with its quota spent for an hour, the one behind rejects
+// it for 10 s. Retry-After is the hour, since a retry in 10 s would be
+// rejected in front, and it is never earlier than the t of a RateLimit
+// member whose r is 0.
+func TestRetryAfterCoversLimitersInFront(t *testing.T) {
+	for _, mode := range []HeaderMode{HeadersXRateLimit, HeadersIETF, HeadersBoth, HeadersNone} {
+		t.Run(mode.String(), func(t *testing.T) {
+			front := Config{Max: 2, Expiration: time.Hour, Headers: mode}
+			back := Config{Max: 1, Expiration: 10 * time.Second, Headers: mode}
+			if mode == HeadersIETF || mode == HeadersBoth {
+				front.PolicyName, back.PolicyName = "hourly", "burst"
+			}
+			app := fiber.New()
+			app.Use(New(front), New(back))
+			app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+
+			require.Equal(t, 200, get(t, app, "/", "").StatusCode)
+			resp := get(t, app, "/", "")
+			require.Equal(t, 429, resp.StatusCode)
+			want := "3600"
+			if mode == HeadersNone {
+				want = "10" // nothing in front says its quota is spent
+			}
+			assert.Equal(t, want, resp.Header.Get("Retry-After"))
+			if v := resp.Header.Get("RateLimit"); v != "" {
+				list, err := httpsfv.UnmarshalList([]string{v})
+				require.NoError(t, err)
+				require.Len(t, list, 2, v)
+				retry, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64)
+				require.NoError(t, err)
+				for _, m := range list {
+					params := m.(httpsfv.Item).Params
+					r, _ := params.Get("r")
+					tt, _ := params.Get("t")
+					if r.(int64) == 0 {
+						assert.GreaterOrEqual(t, retry, tt.(int64), "Retry-After earlier than t of %v in %q", m.(httpsfv.Item).Value, v)
+					}
+				}
+			}
+		})
+	}
+}
+
+// exhaustedMembers reads the t of spent policies from RateLimit fields as
+// other limiters may write them, and passes over what it cannot read.
+func TestExhaustedMembers(t *testing.T) {
+	for _, tc := range []struct {
+		field, self string
+		want        int64
+	}{
+		{`"a";r=0;t=60, "b";r=0;t=10`, `"b"`, 60},
+		{`"a";r=0;t=60, "b";r=0;t=10`, `"a"`, 10},
+		{`"a";r=0;t=60`, `"a"`, 0},
+		{`"a";r=1;t=60`, `"b"`, 0},
+		{`"a";t=40;r=0`, `"b"`, 40},
+		{`"a,b";r=0;t=30`, `"b"`, 30},
+		{`"a\"b";r=0;t=31`, `"b"`, 31},
+		{`tok;r=0;t=5`, `"b"`, 5},
+		{`"a";r=0;t=7,"c";r=0;t=9`, `"b"`, 9},
+		{`"a";r=0;x;t=8`, `"b"`, 8},
+		{`"a";r=0;t=60;pk=:YWJj:`, `"b"`, 60},
+		{`"a";r=0;t=60, ;;garbage`, `"b"`, 60},
+		{`"a";r=0;t=-5`, `"b"`, 0},
+		{`"a";r=0;t=1234567890123456`, `"b"`, 0},
+		{`"a";r=0`, `"b"`, 0},
+		{`"unterminated;r=0;t=5`, `"b"`, 0},
+		{`"a";R=0;t=5`, `"b"`, 0},
+		{``, `"b"`, 0},
+	} {
+		assert.Equal(t, tc.want, exhaustedMembers([]byte(tc.field), []byte(tc.self)), "%s (self %s)", tc.field, tc.self)
+	}
+}
+
+// FuzzExhaustedMembers: any bytes in a RateLimit field set by a handler in
+// front neither panic nor give a negative wait.
+func FuzzExhaustedMembers(f *testing.F) {
+	for _, s := range []string{`"a";r=0;t=60, "b";r=0;t=10`, `"a\`, `"a";r=0;t=`, `,,;=`, `"x";r=0;t=999999999999999`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, field []byte) {
+		if w := exhaustedMembers(field, []byte(`"self"`)); w < 0 {
+			t.Fatalf("wait %d for %q", w, field)
+		}
+	})
+}
