@@ -53,6 +53,37 @@ func ExampleNew() {
 	// 429 | X-RateLimit-Remaining: 0 | Retry-After: 60
 }
 
+// FixedWindow, named explicitly, with a key of the caller's choosing: each
+// API key gets Max requests per window, counted from its first request, and
+// one client's spent quota leaves another's alone. X-RateLimit-Reset is the
+// seconds until the window ends and the quota is back.
+func ExampleFixedWindow() {
+	app := fiber.New()
+	app.Use(limiter.New(limiter.Config{
+		Max:               2,
+		Expiration:        30 * time.Second,
+		KeyGenerator:      func(c *fiber.Ctx) string { return c.Get("X-API-Key") },
+		LimiterMiddleware: limiter.FixedWindow{},
+	}))
+	app.Get("/", ok)
+
+	for _, apiKey := range []string{"alice", "alice", "alice", "bob"} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-API-Key", apiKey)
+		resp, err := app.Test(req, -1)
+		if err != nil {
+			panic(err)
+		}
+		_ = resp.Body.Close()
+		fmt.Println(apiKey, resp.StatusCode, "remaining", resp.Header.Get("X-RateLimit-Remaining"), "reset", resp.Header.Get("X-RateLimit-Reset"))
+	}
+	// Output:
+	// alice 200 remaining 1 reset 30
+	// alice 200 remaining 0 reset 30
+	// alice 429 remaining 0 reset 30
+	// bob 200 remaining 1 reset 30
+}
+
 // The sliding window weighs the previous window's count by how much of it
 // still overlaps the last Expiration, so a client cannot send 2×Max across
 // a window boundary.

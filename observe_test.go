@@ -117,6 +117,8 @@ func TestOnDecisionEvents(t *testing.T) {
 	// 2×(1-e) + 1 <= 2 in the next window, at e = 1/2, 15 s: 10 s on.
 	const slidingRetry = 10 * time.Second
 	server := redistest.Start(t)
+	stopped := redistest.Start(t)
+	stopped.Stop()
 	tests := []struct {
 		name    string
 		cfg     Config
@@ -140,6 +142,15 @@ func TestOnDecisionEvents(t *testing.T) {
 				event(true, 0, 0, "redis", SourceBackend),
 				event(false, 0, slidingRetry, "redis", SourceBackend),
 				event(false, 0, slidingRetry, "redis", SourceDenyCache),
+			},
+		},
+		{
+			name:    "redis down, the fallback",
+			storage: func() fiber.Storage { return redis.New(stopped.Client(t)) },
+			want: []DecisionEvent{
+				event(true, 1, 0, "redis", SourceFallback),
+				event(true, 0, 0, "redis", SourceFallback),
+				event(false, 0, slidingRetry, "redis", SourceFallback),
 			},
 		},
 		{
@@ -185,9 +196,8 @@ func TestOnDecisionEvents(t *testing.T) {
 			got := log.take(t)
 			require.Len(t, got, len(tt.want))
 			for i := range got {
-				if tt.want[i].Source == SourceFailOpen || tt.want[i].Source == SourceFailClosed {
-					assert.True(t, got[i].Fallback(), "event %d", i)
-				}
+				wantFallback := tt.want[i].Source == SourceFallback || tt.want[i].Source == SourceFailOpen || tt.want[i].Source == SourceFailClosed
+				assert.Equal(t, wantFallback, got[i].Fallback(), "event %d: Fallback()", i)
 				assert.Equal(t, tt.want[i], got[i], "event %d", i)
 			}
 		})

@@ -17,9 +17,8 @@ type appConfig struct {
 	storage fiber.Storage
 	// demo is the limit of GET /demo.
 	demo demoConfig
-	// storageTimeout, when not 0, replaces the limiter's StorageTimeout
-	// (100 ms): tests on a loaded machine set it, so that a slow Redis call
-	// does not go to the per-replica fallback. There is no flag for it.
+	// storageTimeout, when not 0, replaces the limiters' StorageTimeout
+	// (100 ms); the command sets it from -storage-timeout.
 	storageTimeout time.Duration
 	// onStorageError, when set, is told of storage failures.
 	onStorageError func(error)

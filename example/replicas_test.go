@@ -34,18 +34,16 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// startTestReplicas starts n replicas on free loopback ports, stopped when
-// the test ends; their storage error logs must stay empty.
+// startTestReplicas starts n replicas on free loopback ports, with the
+// command's defaults otherwise (its StorageTimeout too), stopped when the
+// test ends; their storage error logs must stay empty.
 func startTestReplicas(t *testing.T, n int, redisURL string, demo demoConfig) *replicaSet {
 	t.Helper()
 	logs := &syncBuffer{}
-	set, err := startReplicas(t.Context(), options{
-		addr:           "127.0.0.1:0",
-		replicas:       n,
-		redisURL:       redisURL,
-		demo:           demo,
-		storageTimeout: 10 * time.Second, // no fallback on a loaded machine
-	}, logs)
+	opts, err := parseOptions([]string{"-addr", "127.0.0.1:0", "-replicas", strconv.Itoa(n)}, logs)
+	require.NoError(t, err)
+	opts.redisURL, opts.demo = redisURL, demo
+	set, err := startReplicas(t.Context(), opts, logs)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		assert.NoError(t, set.shutdown())

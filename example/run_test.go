@@ -94,6 +94,8 @@ func TestFlagErrors(t *testing.T) {
 		{"-replicas", "65"},
 		{"-algorithm", "leaky"},
 		{"-demo-limit", "0"},
+		{"-storage-timeout", "500us"},
+		{"-storage-timeout", "soon"},
 		{"-redis", "http://127.0.0.1:6379"},
 		{"extra"},
 		{"-nope"},
@@ -120,5 +122,8 @@ func TestHelp(t *testing.T) {
 func TestDefaultOptions(t *testing.T) {
 	opts, err := parseOptions(nil, &bytes.Buffer{})
 	require.NoError(t, err)
-	assert.Equal(t, options{addr: "127.0.0.1:3000", replicas: 1, demo: demoConfig{Limit: 1000, Algorithm: "fixed"}}, opts)
+	assert.Equal(t, options{addr: "127.0.0.1:3000", replicas: 1, demo: demoConfig{Limit: 1000, Algorithm: "fixed"}, storageTimeout: time.Second}, opts)
+	opts, err = parseOptions([]string{"-storage-timeout", "250ms"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, 250*time.Millisecond, opts.storageTimeout)
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -23,27 +24,46 @@ import (
 	"github.com/fiberlimit/limiter/example/internal/loadgen"
 )
 
-func main() {
+// parseFlags reads the command line (without the program name) into the
+// load generator's options; -targets is split at commas, blanks dropped.
+// An error is flag.ErrHelp for -h, or says what is wrong; the flag package
+// has written the usage to stderr.
+func parseFlags(args []string, stderr io.Writer) (loadgen.Options, error) {
 	var opts loadgen.Options
-	targets := flag.String("targets", "http://127.0.0.1:3000", "comma-separated base URLs; request i goes to target i mod len(targets)")
-	flag.StringVar(&opts.Path, "path", "/demo", "path to GET on every target")
-	flag.IntVar(&opts.Requests, "n", 1200, "number of requests in all")
-	flag.IntVar(&opts.Concurrency, "c", 32, "number of concurrent workers")
-	flag.DurationVar(&opts.Timeout, "timeout", 0, "timeout of each request (0: 10s)")
-	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "loadgen: unexpected arguments %q\n", flag.Args())
-		os.Exit(2)
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	targets := fs.String("targets", "http://127.0.0.1:3000", "comma-separated base URLs; request i goes to target i mod len(targets)")
+	fs.StringVar(&opts.Path, "path", "/demo", "path to GET on every target")
+	fs.IntVar(&opts.Requests, "n", 1200, "number of requests in all")
+	fs.IntVar(&opts.Concurrency, "c", 32, "number of concurrent workers")
+	fs.DurationVar(&opts.Timeout, "timeout", 0, "timeout of each request (0: 10s)")
+	if err := fs.Parse(args); err != nil {
+		return opts, err
+	}
+	if fs.NArg() > 0 {
+		return opts, fmt.Errorf("loadgen: unexpected arguments %q", fs.Args())
 	}
 	for _, t := range strings.Split(*targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			opts.Targets = append(opts.Targets, t)
 		}
 	}
+	return opts, nil
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	_, err := loadgen.Run(ctx, os.Stdout, opts)
+	_, err = loadgen.Run(ctx, os.Stdout, opts)
 	switch {
 	case err == nil:
 	case errors.Is(err, loadgen.ErrAllFailed):
