@@ -10,8 +10,9 @@ import (
 )
 
 // Config defines the limiter. Its field names, types and defaults are those
-// of Fiber's middleware/limiter, so a Fiber config compiles unchanged; the
-// fields after LimiterMiddleware are this limiter's own. An invalid value
+// of Fiber's middleware/limiter, so a Fiber config compiles unchanged
+// (MaxFunc is Fiber v3's; Fiber v2.52 has none); the fields after
+// LimiterMiddleware are this limiter's own. An invalid value
 // makes New panic with a message that names the field.
 type Config struct {
 	// Next skips the limiter for a request when it returns true: the request
