@@ -125,7 +125,7 @@ func TestQuickRun(t *testing.T) {
 	for _, want := range []string{
 		"## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "command: go test", "GOMAXPROCS=",
 		vFiberFixed, vFiberSliding, vUluleMem, rRedisRate, rUlule, rMwFiber, "fiber-fixed-redis",
-		rOursFixed, rOursFixedUnpiped, rMwOursFixed, "ours-fixed / redis_rate",
+		rOursFixed, rOursFixedUnpiped, rMwOursFixed, "ours-fixed / redis_rate", vFloor + " / " + vFiberFixed,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q", want)
@@ -179,6 +179,27 @@ func TestParseFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"extra"}, new(bytes.Buffer)); err == nil {
 		t.Error("a stray argument was accepted")
+	}
+
+	o, err = parseFlags([]string{"-only", "3,6", "-callers", "1, 64"}, new(bytes.Buffer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.callers) != 2 || o.callers[0] != 1 || o.callers[1] != 64 {
+		t.Errorf("-callers gave %v, want [1 64]", o.callers)
+	}
+	for n, want := range map[int]bool{1: false, 2: false, 3: true, 5: false, 6: true} {
+		if o.runs(n) != want {
+			t.Errorf("-only 3,6: runs(%d) = %v, want %v", n, o.runs(n), want)
+		}
+	}
+	if !defaultOptions().runs(2) {
+		t.Error("without -only, figure 2 is not run")
+	}
+	for _, bad := range [][]string{{"-only", "4"}, {"-only", "x"}, {"-callers", "0"}, {"-callers", "8,"}} {
+		if _, err := parseFlags(bad, new(bytes.Buffer)); err == nil {
+			t.Errorf("%q was accepted", bad)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -31,6 +32,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	heapKeys := fs.Int("heap-keys", 0, "keys tracked for the heap-per-key figure (default 500000, 50000 with -quick)")
 	redisKeys := fs.Int("redis-keys", 0, "distinct keys of the many-key Redis columns (default 100000, 10000 with -quick)")
 	redisTime := fs.Duration("redis-time", 0, "length of one Redis measurement (default 350ms, 60ms with -quick)")
+	callers := fs.String("callers", "", "comma-separated concurrent callers of figures 3, 4 and 6 (default 1,8,64)")
+	only := fs.String("only", "", "comma-separated figures to run, of 1, 2, 3 (with 4), 5 and 6 (default all)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -54,9 +57,42 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if *redisTime > 0 {
 		o.redisTime = *redisTime
 	}
+	if *callers != "" {
+		list, err := positiveInts(*callers)
+		if err != nil {
+			return options{}, fmt.Errorf("-callers %q: %w", *callers, err)
+		}
+		o.callers = list
+	}
+	if *only != "" {
+		list, err := positiveInts(*only)
+		if err != nil {
+			return options{}, fmt.Errorf("-only %q: %w", *only, err)
+		}
+		o.figures = map[int]bool{}
+		for _, n := range list {
+			if n != 1 && n != 2 && n != 3 && n != 5 && n != 6 {
+				return options{}, fmt.Errorf("-only %q: no figure %d; figures are 1, 2, 3 (with 4), 5 and 6", *only, n)
+			}
+			o.figures[n] = true
+		}
+	}
 	o.command = strings.TrimSpace("cd bench && go run . " + strings.Join(args, " "))
 	o.progress = stderr
 	return o, nil
+}
+
+// positiveInts parses a comma-separated list of positive integers.
+func positiveInts(s string) ([]int, error) {
+	var list []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		list = append(list, n)
+	}
+	return list, nil
 }
 
 func main() {

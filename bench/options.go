@@ -32,6 +32,9 @@ type options struct {
 	redisKeys int
 	// callers are the numbers of concurrent callers of the Redis figures.
 	callers []int
+	// figures, when not empty, are the only figures run (1, 2, 3, 5, 6;
+	// 3 gives figure 4 too).
+	figures map[int]bool
 
 	// replicas, replicaCallers, replicaRequests and replicaLimit shape the
 	// admitted-across-replicas figure: replicaRequests requests on one key
@@ -50,6 +53,9 @@ type options struct {
 	// discards them.
 	progress io.Writer
 }
+
+// runs reports whether figure n is part of the run.
+func (o options) runs(n int) bool { return len(o.figures) == 0 || o.figures[n] }
 
 // defaultOptions is the full run: about three to four minutes on two cores.
 func defaultOptions() options {

@@ -189,7 +189,10 @@ func (r *overheadResult) tables() []*table {
 	ratio := &table{
 		title:  "1b. In-memory added cost, ours / peer (below 1: ours adds less)",
 		header: []string{"ours vs peer"},
-		notes:  []string{"Median over rounds of (ours' added ns/op) / (peer's added ns/op) in the same round."},
+		notes: []string{
+			"Median over rounds of (ours' added ns/op) / (peer's added ns/op) in the same round.",
+			"floor / fiber-fixed: a middleware that only reads the key and sets the three headers, over Fiber's limiter; no limiter that sends those headers can show a lower ratio.",
+		},
 	}
 	for _, c := range r.cells {
 		ratio.header = append(ratio.header, c.name)

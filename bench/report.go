@@ -68,20 +68,30 @@ func runAll(o options) (*report, error) {
 	progressf(o, "redis-server on %s", srv.addr())
 
 	r := &report{o: o, machine: machineLine(o.redisServer)}
-	if r.overhead, err = runOverhead(o); err != nil {
-		return nil, fmt.Errorf("figure 1: %w", err)
+	if o.runs(1) {
+		if r.overhead, err = runOverhead(o); err != nil {
+			return nil, fmt.Errorf("figure 1: %w", err)
+		}
 	}
-	if r.heap, err = runHeap(o); err != nil {
-		return nil, fmt.Errorf("figure 2: %w", err)
+	if o.runs(2) {
+		if r.heap, err = runHeap(o); err != nil {
+			return nil, fmt.Errorf("figure 2: %w", err)
+		}
 	}
-	if r.throughput, err = runThroughput(o, srv); err != nil {
-		return nil, fmt.Errorf("figures 3-4: %w", err)
+	if o.runs(3) {
+		if r.throughput, err = runThroughput(o, srv); err != nil {
+			return nil, fmt.Errorf("figures 3-4: %w", err)
+		}
 	}
-	if r.replicas, err = runReplicas(o, srv); err != nil {
-		return nil, fmt.Errorf("figure 5: %w", err)
+	if o.runs(5) {
+		if r.replicas, err = runReplicas(o, srv); err != nil {
+			return nil, fmt.Errorf("figure 5: %w", err)
+		}
 	}
-	if r.ceiling, err = runCeiling(o, srv); err != nil {
-		return nil, fmt.Errorf("figure 6: %w", err)
+	if o.runs(6) {
+		if r.ceiling, err = runCeiling(o, srv); err != nil {
+			return nil, fmt.Errorf("figure 6: %w", err)
+		}
 	}
 	r.elapsed = time.Since(start)
 	return r, nil
@@ -96,7 +106,23 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "rounds:  %d; each round runs every variant of a figure in turn; cells are medians over rounds; run took %s\n",
 		r.o.rounds, r.elapsed.Round(time.Second))
 	fmt.Fprintln(w, "peers:   Fiber v2 middleware/limiter (memory; gofiber/storage/redis/v3), go-redis/redis_rate/v10, ulule/limiter/v3 (redis; memory)")
-	for _, ts := range [][]*table{r.overhead.tables(), r.heap.tables(), r.throughput.tables(), r.replicas.tables(), r.ceiling.tables()} {
+	var figures [][]*table
+	if r.overhead != nil {
+		figures = append(figures, r.overhead.tables())
+	}
+	if r.heap != nil {
+		figures = append(figures, r.heap.tables())
+	}
+	if r.throughput != nil {
+		figures = append(figures, r.throughput.tables())
+	}
+	if r.replicas != nil {
+		figures = append(figures, r.replicas.tables())
+	}
+	if r.ceiling != nil {
+		figures = append(figures, r.ceiling.tables())
+	}
+	for _, ts := range figures {
 		for _, t := range ts {
 			t.write(w)
 		}
