@@ -193,15 +193,9 @@ func TestRetriedFirstReplyDoesNotRunThePipelineAgain(t *testing.T) {
 	require.NoError(t, node.ScriptLoad(ctx, scriptSources[FixedWindow]).Err())
 
 	rule := Rule{Algorithm: FixedWindow, Limit: 1000, Window: time.Hour}
-	var arg [argSize]byte
-	arg[0] = argServerTime
-	binary.LittleEndian.PutUint32(arg[1:], 1000)
-	binary.LittleEndian.PutUint32(arg[5:], 1000)
-	putUint(arg[9:16], uint64(time.Hour/time.Millisecond))
-	putUint(arg[16:21], 1)
 	batch := []*batchedCall{
-		{ctx: ctx, alg: FixedWindow, key: "{orphan}", arg: string(arg[:])},
-		{ctx: ctx, alg: FixedWindow, key: other, arg: string(arg[:])},
+		{ctx: ctx, alg: FixedWindow, key: "{orphan}", arg: testTakeArg()},
+		{ctx: ctx, alg: FixedWindow, key: other, arg: testTakeArg()},
 	}
 	newBatcher(node, &pipelineStats{}).exec(ctx, batch)
 	assert.True(t, goredis.HasErrorPrefix(batch[0].cmd.Err(), "CLUSTERDOWN"), "first: %v", batch[0].cmd.Err())
