@@ -123,7 +123,7 @@ func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow 
 	retry := !d.Allowed && d.RetryAfter != InfDuration
 	var wait int64 // Retry-After's value, read before this limiter's fields replace those of a limiter in front
 	if retry {
-		wait = max(1, ceilSeconds(d.RetryAfter), w.exhaustedInFront(h))
+		wait = max(1, ceilSeconds(d.RetryAfter), exhaustedInFront(h, w.name))
 	}
 	if w.xRateLimit {
 		if w.limit != nil {
@@ -167,12 +167,13 @@ func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow 
 // exhaustedInFront returns how many seconds a limiter in front of this one
 // (another handler of the chain, which admitted the request) says its
 // quota stays spent, or 0: the largest t of a RateLimit member with r=0
-// other than this limiter's own policy, and X-RateLimit-Reset when
+// other than one named self (the policy this limiter is about to write;
+// nil when it writes none), and X-RateLimit-Reset when
 // X-RateLimit-Remaining is 0. A retry before then would be rejected there,
 // so Retry-After is never earlier, and never earlier than any t with r=0
 // the response lists. Values it cannot read are passed over.
-func (w *headerWriter) exhaustedInFront(h *fasthttp.ResponseHeader) int64 {
-	wait := exhaustedMembers(h.PeekBytes(headerRateLimit), w.name)
+func exhaustedInFront(h *fasthttp.ResponseHeader, self []byte) int64 {
+	wait := exhaustedMembers(h.PeekBytes(headerRateLimit), self)
 	if remaining := h.PeekBytes(headerRemaining); len(remaining) == 1 && remaining[0] == '0' {
 		if reset, ok := parseSeconds(h.PeekBytes(headerReset)); ok {
 			wait = max(wait, reset)

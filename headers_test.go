@@ -369,3 +369,30 @@ func FuzzExhaustedMembers(f *testing.F) {
 		}
 	})
 }
+
+// FailClosed's 503 behind a limiter whose quota is spent: Retry-After is
+// the front limiter's hour, not the breaker's cool-down of a second.
+func TestFailClosedRetryAfterCoversLimitersInFront(t *testing.T) {
+	for _, mode := range []HeaderMode{HeadersXRateLimit, HeadersIETF} {
+		t.Run(mode.String(), func(t *testing.T) {
+			failing := newFlakyStorage(t)
+			failing.mode.Store(storageErr)
+			app := fiber.New()
+			app.Use(
+				New(Config{Max: 1, Expiration: time.Hour, Headers: mode}),
+				New(Config{Max: 10, Storage: failing, FailurePolicy: FailClosed, BreakerCooldown: time.Second, Headers: mode}),
+			)
+			app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+			resp := get(t, app, "/", "")
+			require.Equal(t, fiber.StatusServiceUnavailable, resp.StatusCode)
+			assert.Equal(t, "3600", resp.Header.Get("Retry-After"))
+		})
+	}
+	// Alone, the 503 says the cool-down.
+	failing := newFlakyStorage(t)
+	failing.mode.Store(storageErr)
+	app := newApp(Config{Storage: failing, FailurePolicy: FailClosed, BreakerCooldown: time.Second}, nil, nil)
+	resp := get(t, app, "/", "")
+	require.Equal(t, fiber.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+}

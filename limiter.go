@@ -176,7 +176,11 @@ func (h *handler) serve(c *fiber.Ctx) error {
 		if h.dryRun {
 			return c.Next()
 		}
-		c.Response().Header.SetBytesV(fiber.HeaderRetryAfter, h.retryUnavailable)
+		if front := exhaustedInFront(&c.Response().Header, nil); front > int64(h.retryClosed/time.Second) {
+			c.Response().Header.SetCanonical(headerRetryAfter, strconv.AppendInt(nil, front, 10))
+		} else {
+			c.Response().Header.SetBytesV(fiber.HeaderRetryAfter, h.retryUnavailable)
+		}
 		return c.SendStatus(fiber.StatusServiceUnavailable)
 	default:
 		return fmt.Errorf("limiter: rate-limit storage failed: %w", err)
