@@ -123,7 +123,11 @@ func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow 
 	retry := !d.Allowed && d.RetryAfter != InfDuration
 	var wait int64 // Retry-After's value, read before this limiter's fields replace those of a limiter in front
 	if retry {
-		wait = max(1, ceilSeconds(d.RetryAfter), exhaustedInFront(h, w.name))
+		var self []byte // the policy this limiter writes, which it replaces
+		if w.ietf {
+			self = w.name
+		}
+		wait = max(1, ceilSeconds(d.RetryAfter), exhaustedInFront(h, self))
 	}
 	if w.xRateLimit {
 		if w.limit != nil {
@@ -142,7 +146,8 @@ func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow 
 			w.setMember(h, headerPolicy, v, v[len(v):])
 		}
 		// t is when more quota is available: on a rejection, when this
-		// request would be admitted, which is Retry-After's value, so that
+		// request would be admitted, this limiter's own Retry-After (the
+		// header may say later, for a limiter in front), so that
 		// Retry-After is never earlier than t; otherwise when the quota is
 		// fully back.
 		t := ceilSeconds(d.ResetAfter)
@@ -169,9 +174,12 @@ func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow 
 // quota stays spent, or 0: the largest t of a RateLimit member with r=0
 // other than one named self (the policy this limiter is about to write;
 // nil when it writes none), and X-RateLimit-Reset when
-// X-RateLimit-Remaining is 0. A retry before then would be rejected there,
-// so Retry-After is never earlier, and never earlier than any t with r=0
-// the response lists. Values it cannot read are passed over.
+// X-RateLimit-Remaining is 0. Those say when the front limiter's quota is
+// fully back: a retry before then may be rejected there (with a fixed
+// window in front it would be; with a token bucket or sliding window in
+// front it may pass sooner, so the bound is on the safe side). Retry-After
+// is never earlier, and so never earlier than any t with r=0 the response
+// lists. Values it cannot read are passed over.
 func exhaustedInFront(h *fasthttp.ResponseHeader, self []byte) int64 {
 	wait := exhaustedMembers(h.PeekBytes(headerRateLimit), self)
 	if remaining := h.PeekBytes(headerRemaining); len(remaining) == 1 && remaining[0] == '0' {

@@ -396,3 +396,24 @@ func TestFailClosedRetryAfterCoversLimitersInFront(t *testing.T) {
 	require.Equal(t, fiber.StatusServiceUnavailable, resp.StatusCode)
 	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
 }
+
+// A limiter that writes no RateLimit field does not take a member with its
+// own policy name for its own: the default-named member of an IETF limiter
+// in front still counts.
+func TestRetryAfterCoversAnIETFLimiterInFrontOfAnother(t *testing.T) {
+	for _, back := range []HeaderMode{HeadersXRateLimit, HeadersNone} {
+		t.Run(back.String(), func(t *testing.T) {
+			app := fiber.New()
+			app.Use(
+				New(Config{Max: 2, Expiration: time.Hour, Headers: HeadersIETF}),
+				New(Config{Max: 1, Expiration: 10 * time.Second, Headers: back}),
+			)
+			app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+			require.Equal(t, 200, get(t, app, "/", "").StatusCode)
+			resp := get(t, app, "/", "")
+			require.Equal(t, 429, resp.StatusCode)
+			assert.Equal(t, `"default";r=0;t=3600`, resp.Header.Get("RateLimit"))
+			assert.Equal(t, "3600", resp.Header.Get("Retry-After"))
+		})
+	}
+}

@@ -195,56 +195,51 @@ func (b *batcher) send(ctx context.Context, batch []*batchedCall) {
 
 // batchContext is the context a pipeline of calls is sent under, made from
 // the calls whose callers still wait (the others are not sent): the values
-// of the first one's context; as its deadline, the latest of theirs (none
-// if one has none), so that a client that reads under its context's
-// deadline waits for the answers as long as some caller does; and it ends
-// at the earliest of their deadlines. go-redis sends a pipeline again after
-// a read timeout and some error replies for as long as its context lasts:
-// ending it when the first caller gives up means a call is never sent again
-// once its caller has gone, as without pipelining. The calls of callers
-// that still wait then fail with the context's error.
+// of the first one's context, and as its deadline the latest of theirs
+// (none if one has none), so that a client that reads under its context's
+// deadline waits for the answers as long as some caller does. It ends as
+// soon as one of those callers' contexts ends. go-redis sends a pipeline
+// again after a read timeout and some error replies, and waits for a pool
+// connection, only while its context lasts: a call is thus never sent
+// again once its caller has gone, as without pipelining, and the other
+// calls of that pipeline then fail with the context's error.
 func batchContext(calls []*batchedCall) (context.Context, context.CancelFunc) {
-	var first *batchedCall
-	var earliest, latest time.Time
+	waiting := make([]*batchedCall, 0, len(calls))
+	var latest time.Time
 	unbounded := false
 	for _, c := range calls {
 		if c.ctx.Err() != nil {
 			continue
 		}
-		if first == nil {
-			first = c
-		}
-		d, ok := c.ctx.Deadline()
-		if !ok {
+		waiting = append(waiting, c)
+		if d, ok := c.ctx.Deadline(); !ok {
 			unbounded = true
-			continue
-		}
-		if earliest.IsZero() || d.Before(earliest) {
-			earliest = d
-		}
-		if d.After(latest) {
+		} else if d.After(latest) {
 			latest = d
 		}
 	}
-	if first == nil {
-		first = calls[0]
+	first := calls[0]
+	if len(waiting) > 0 {
+		first = waiting[0]
 	}
 	base := context.WithoutCancel(first.ctx)
-	if earliest.IsZero() {
-		return context.WithCancel(base)
-	}
-	if !unbounded && earliest.Equal(latest) {
-		return context.WithDeadline(base, latest)
-	}
 	var ctx context.Context
 	var cancel context.CancelFunc
-	if unbounded {
+	if unbounded || latest.IsZero() {
 		ctx, cancel = context.WithCancel(base)
 	} else {
 		ctx, cancel = context.WithDeadline(base, latest)
 	}
-	timer := time.AfterFunc(time.Until(earliest), cancel)
-	return ctx, func() { timer.Stop(); cancel() }
+	stops := make([]func() bool, len(waiting))
+	for i, c := range waiting {
+		stops[i] = context.AfterFunc(c.ctx, cancel)
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
 }
 
 // exec sends batch as one pipeline of EVALSHA under ctx, wakes the callers
@@ -313,6 +308,10 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 			}
 		}
 		if len(missing) > 0 {
+			// Under a context of their own: ctx may have ended with a
+			// caller that is not among them.
+			ctx, cancel := batchContext(missing)
+			defer cancel()
 			pipe := b.client.Pipeline()
 			pipe.Ping(ctx) // as above
 			for _, c := range missing {

@@ -313,6 +313,20 @@ func TestBatchContext(t *testing.T) {
 	ctx, cancel := batchContext([]*batchedCall{{ctx: a}, {ctx: context.Background()}})
 	cancel()
 	assert.Error(t, ctx.Err(), "cancel ends it")
+
+	// A waiting caller whose context is cancelled, not timed out, ends it
+	// too.
+	a, cancelA = context.WithCancel(context.Background())
+	defer cancelA()
+	ctx, cancel = batchContext([]*batchedCall{{ctx: context.Background()}, {ctx: a}})
+	defer cancel()
+	require.NoError(t, ctx.Err())
+	cancelA()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a caller that left did not end the pipeline's context")
+	}
 }
 
 // noscriptHook calls onNoscript after a pipeline in which a command got
@@ -337,7 +351,8 @@ func (h noscriptHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) gore
 // After SCRIPT FLUSH, a pipeline's EVALSHA calls get NOSCRIPT and go again
 // as EVAL, except the call of a caller that left in between: it is not
 // sent again, so counts nothing, and gets its context's error. The other
-// call runs once.
+// call runs once, under a context of its own: the first pipeline's ended
+// with the caller that left.
 func TestPipelineDoesNotResendForACallerThatLeft(t *testing.T) {
 	server := redistest.Start(t)
 	client := server.Client(t)
@@ -345,11 +360,16 @@ func TestPipelineDoesNotResendForACallerThatLeft(t *testing.T) {
 	require.NoError(t, client.ScriptFlush(ctx).Err())
 	leftCtx, leave := context.WithCancel(ctx)
 	defer leave()
-	client.AddHook(noscriptHook{onNoscript: leave})
-
 	left := &batchedCall{ctx: leftCtx, alg: TokenBucket, key: "left", arg: testTakeArg(), done: make(chan struct{})}
 	stays := &batchedCall{ctx: ctx, alg: TokenBucket, key: "stays", arg: testTakeArg(), done: make(chan struct{})}
-	newBatcher(client, &pipelineStats{}).exec(ctx, []*batchedCall{left, stays})
+	batchCtx, cancelBatch := batchContext([]*batchedCall{left, stays})
+	defer cancelBatch()
+	client.AddHook(noscriptHook{onNoscript: func() {
+		leave()
+		<-batchCtx.Done() // the caller's leaving ends the pipeline's context
+	}})
+
+	newBatcher(client, &pipelineStats{}).exec(batchCtx, []*batchedCall{left, stays})
 
 	assert.ErrorIs(t, left.cmd.Err(), context.Canceled)
 	require.NoError(t, stays.cmd.Err())

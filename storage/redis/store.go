@@ -90,10 +90,12 @@ func WithClock(now func() time.Time) Option {
 // below the default ReadTimeout. A Client with MaxRetries -1 never
 // resends. A pipeline handed to another goroutine reads its replies under
 // the latest deadline of its callers still waiting (none if one has none),
-// but is given up when the earliest of them passes: it is never sent again
-// for a caller that has left, though a caller with a later deadline in the
-// same write then gets its error sooner than alone. A call whose caller
-// left while its script was missing (NOSCRIPT) is not sent again as EVAL.
+// but once one of those callers leaves (its deadline passes or its context
+// is cancelled), go-redis no longer sends it again or waits for a
+// connection for it: no call is sent again for a caller that has left,
+// though a caller with a later deadline in the same write may then get an
+// error sooner than it would alone. A call whose caller left while its
+// script was missing (NOSCRIPT) is not sent again as EVAL.
 //
 // Cluster and Ring. Pipelines go through each node's (each shard's) own
 // client, which retries as ClusterOptions.MaxRetries says (not at all by
