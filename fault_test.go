@@ -56,6 +56,12 @@ const (
 	// reaches Redis rather than when: long enough that a busy machine
 	// cannot turn a slow answer into a failure.
 	faultCallsTimeout = 5 * time.Second
+	// faultOpenP99 bounds the p99 of requests that the breaker keeps off
+	// Redis: a twentieth of the default StorageTimeout, which each of them
+	// would take if it waited on Redis. The decision itself takes
+	// microseconds; under the race detector on two shared cores, GC and
+	// the host's stalls put the p99 of 2000 of them at 1-2 ms at times.
+	faultOpenP99 = 5 * time.Millisecond
 )
 
 var faultPolicies = []FailurePolicy{FailFallback, FailOpen, FailClosed}
@@ -382,7 +388,7 @@ func faultQuantiles(ds []time.Duration) (p50, p99, maxd time.Duration) {
 // limiter, with X-RateLimit headers; FailOpen admits everything without
 // them; FailClosed rejects everything with 503 and Retry-After. No request
 // waits longer than StorageTimeout, and once the breakers are open the p99
-// of a request is under 1 ms. Once a fresh, empty Redis takes the
+// of a request is under faultOpenP99. Once a fresh, empty Redis takes the
 // port, every replica decides in Redis again within a second (the key each
 // exhausted locally is admitted again), and a fresh key hammered across
 // the replicas is admitted exactly Max times. Also with
@@ -532,7 +538,7 @@ func TestFaultKilledMidLoad(t *testing.T) {
 // While Redis is paused (CLIENT PAUSE ALL), the first BreakerFailures
 // requests of a replica wait at most StorageTimeout; once its breaker is
 // open, requests no longer wait on Redis at all: over 2000 requests the
-// p99 of the whole handler call is below 1 ms, and each policy answers as
+// p99 of the whole handler call is below faultOpenP99, and each policy answers as
 // it promises. When the pause ends every replica decides in Redis again
 // within a second, and a fresh key is exact. With go-redis defaults the
 // store call runs on a goroutine of its own that outlives the request;
@@ -597,7 +603,7 @@ const faultTimed = 2000
 
 // faultTimeOpenBreaker times faultTimed requests spread over the replicas,
 // whose breakers are open, checks that the policy answered them, and
-// requires a p99 under 1 ms. It returns p50, p99 and the longest.
+// requires a p99 under faultOpenP99. It returns p50, p99 and the longest.
 func faultTimeOpenBreaker(t *testing.T, replicas []fasthttp.RequestHandler, policy FailurePolicy) (p50, p99, maxd time.Duration) {
 	t.Helper()
 	took := make([]time.Duration, 0, faultTimed)
@@ -609,7 +615,7 @@ func faultTimeOpenBreaker(t *testing.T, replicas []fasthttp.RequestHandler, poli
 	}
 	faultCheckDegraded(t, policy, resps)
 	p50, p99, maxd = faultQuantiles(took)
-	require.Less(t, p99, time.Millisecond, "p99 of a request with the breaker open")
+	require.Less(t, p99, faultOpenP99, "p99 of a request with the breaker open")
 	return p50, p99, maxd
 }
 
@@ -806,8 +812,8 @@ func TestFaultPanicOnTheRequestGoroutine(t *testing.T) {
 // A long outage: once a go-redis pool has failed to dial PoolSize times it
 // answers every call with its last dial error, after its own retries and
 // backoff (tens of ms). Those errors say Redis is out of reach, so the
-// breaker stays open through them and requests keep not waiting: p99 under
-// 1 ms seconds into the outage, with probes in the background.
+// breaker stays open through them and requests keep not waiting: p99 under faultOpenP99
+// seconds into the outage, with probes in the background.
 func TestFaultLongOutage(t *testing.T) {
 	for _, kind := range faultBothWays {
 		t.Run(kind.String(), func(t *testing.T) { faultLongOutage(t, kind) })
@@ -841,7 +847,7 @@ func faultLongOutage(t *testing.T, kind faultClient) {
 	}
 	p50, p99, maxd := faultQuantiles(took)
 	t.Logf("long outage: %d requests: p50 %v, p99 %v, max %v", faultTimed, p50, p99, maxd)
-	require.Less(t, p99, time.Millisecond)
+	require.Less(t, p99, faultOpenP99)
 
 	// Redis back: the pool's background dial (once a second) succeeds and
 	// ends, and so does the outage for the limiter.
