@@ -130,6 +130,18 @@ type batchedCall struct {
 	// woken is set, by the goroutine sending the call only, once done is
 	// closed.
 	woken bool
+	// endPipeline ends the context of the pipeline that carries the call,
+	// once one does (see batchContext); the caller calls it when it gives
+	// up waiting.
+	endPipeline atomic.Pointer[context.CancelFunc]
+}
+
+// giveUp is what a caller that stops waiting for c does: it ends the
+// pipeline c is in, if any, so that go-redis sends that pipeline no more.
+func (c *batchedCall) giveUp() {
+	if end := c.endPipeline.Load(); end != nil {
+		(*end)()
+	}
 }
 
 // wake tells c's caller that c.cmd has its answer, once.
@@ -165,6 +177,7 @@ func (b *batcher) run(ctx context.Context, alg Algorithm, key string, arg []byte
 	case <-c.done:
 		return c.cmd.Result()
 	case <-ctx.Done():
+		c.giveUp()
 		return "", ctx.Err()
 	}
 }
@@ -194,33 +207,37 @@ func (b *batcher) send(ctx context.Context, batch []*batchedCall) {
 }
 
 // batchContext is the context a pipeline of calls is sent under, made from
-// the calls whose callers still wait (the others are not sent): the values
-// of the first one's context, and as its deadline the latest of theirs
-// (none if one has none), so that a client that reads under its context's
-// deadline waits for the answers as long as some caller does. It ends as
-// soon as one of those callers' contexts ends. go-redis sends a pipeline
-// again after a read timeout and some error replies, and waits for a pool
-// connection, only while its context lasts: a call is thus never sent
-// again once its caller has gone, as without pipelining, and the other
-// calls of that pipeline then fail with the context's error.
+// the calls whose callers still wait: the values of the first one's
+// context, and as its deadline the latest of theirs (none if one has none),
+// so that a client that reads under its context's deadline waits for the
+// answers as long as some caller does. Each call is given its cancel
+// function, which its caller calls when it gives up (its deadline passes
+// or its context is cancelled): go-redis sends a pipeline again after a
+// read timeout and some error replies, and waits for a pool connection,
+// only while its context lasts, so a call is never sent again once its
+// caller has gone, as without pipelining; the other calls of that pipeline
+// then fail with the context's error. A call is given the function before
+// exec checks, when it sends, whether its caller is still there: a caller
+// that leaves later finds the function.
 func batchContext(calls []*batchedCall) (context.Context, context.CancelFunc) {
-	waiting := make([]*batchedCall, 0, len(calls))
+	var first *batchedCall
 	var latest time.Time
 	unbounded := false
 	for _, c := range calls {
 		if c.ctx.Err() != nil {
 			continue
 		}
-		waiting = append(waiting, c)
+		if first == nil {
+			first = c
+		}
 		if d, ok := c.ctx.Deadline(); !ok {
 			unbounded = true
 		} else if d.After(latest) {
 			latest = d
 		}
 	}
-	first := calls[0]
-	if len(waiting) > 0 {
-		first = waiting[0]
+	if first == nil {
+		first = calls[0]
 	}
 	base := context.WithoutCancel(first.ctx)
 	var ctx context.Context
@@ -230,16 +247,10 @@ func batchContext(calls []*batchedCall) (context.Context, context.CancelFunc) {
 	} else {
 		ctx, cancel = context.WithDeadline(base, latest)
 	}
-	stops := make([]func() bool, len(waiting))
-	for i, c := range waiting {
-		stops[i] = context.AfterFunc(c.ctx, cancel)
+	for _, c := range calls {
+		c.endPipeline.Store(&cancel)
 	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
+	return ctx, cancel
 }
 
 // exec sends batch as one pipeline of EVALSHA under ctx, wakes the callers
@@ -308,13 +319,18 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 			}
 		}
 		if len(missing) > 0 {
-			// Under a context of their own: ctx may have ended with a
-			// caller that is not among them.
+			// Under a context of their own, which their callers now end
+			// when they give up: ctx may have ended with a caller that is
+			// not among them.
 			ctx, cancel := batchContext(missing)
 			defer cancel()
 			pipe := b.client.Pipeline()
 			pipe.Ping(ctx) // as above
 			for _, c := range missing {
+				if c.ctx.Err() != nil { // gone since: its pipeline has no call of it
+					c.leave()
+					continue
+				}
 				c.cmd = scriptCmd(ctx, "eval", scriptSources[c.alg], c.key, c.arg)
 				_ = pipe.Process(ctx, c.cmd)
 			}

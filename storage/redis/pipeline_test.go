@@ -242,30 +242,28 @@ func testTakeArg() string {
 type ctxKey struct{}
 
 // A pipeline's context is made of the calls whose callers still wait: their
-// latest deadline (none if one has none) and the first one's values; it
-// ends at their earliest deadline, so that go-redis, which resends a
-// pipeline while its context lasts, never resends a call whose caller left.
+// latest deadline (none if one has none) and the first one's values. It
+// does not end by itself before then: it ends when one of its callers
+// gives up, so that go-redis, which resends a pipeline while its context
+// lasts, never resends a call whose caller left.
 func TestBatchContext(t *testing.T) {
 	const soon, later = 60 * time.Millisecond, time.Hour
-	// call is a caller's call with a deadline d from now (0: none), whose
-	// caller has left if left.
 	type callSpec struct {
 		value string
-		d     time.Duration
-		left  bool
+		d     time.Duration // deadline from now; 0: none
+		left  bool          // the caller has left already
 	}
 	for _, tc := range []struct {
 		name         string
 		calls        []callSpec
 		wantDeadline time.Duration // from now; 0: none
-		endsAt       time.Duration // from now; 0: does not end by itself
 		wantValue    string
+		givesUp      int // index of a waiting caller that gives up
 	}{
-		{"one deadline", []callSpec{{"a", soon, false}}, soon, soon, "a"},
-		{"earliest ends, latest is the deadline", []callSpec{{"a", later, false}, {"b", soon, false}}, later, soon, "a"},
-		{"one without a deadline", []callSpec{{"a", soon, false}, {"b", 0, false}}, 0, soon, "a"},
-		{"none with a deadline", []callSpec{{"a", 0, false}}, 0, 0, "a"},
-		{"callers that left do not count", []callSpec{{"gone", 0, true}, {"b", soon, true}, {"c", later, false}}, later, 0, "c"},
+		{"one deadline", []callSpec{{"a", soon, false}}, soon, "a", 0},
+		{"the latest deadline", []callSpec{{"a", later, false}, {"b", soon, false}}, later, "a", 1},
+		{"one without a deadline", []callSpec{{"a", soon, false}, {"b", 0, false}}, 0, "a", 1},
+		{"callers that left do not count", []callSpec{{"gone", 0, true}, {"b", soon, true}, {"c", later, false}}, later, "c", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Now()
@@ -292,41 +290,90 @@ func TestBatchContext(t *testing.T) {
 			}
 			assert.Equal(t, tc.wantValue, ctx.Value(ctxKey{}))
 			require.NoError(t, ctx.Err(), "ended at once")
-			if tc.endsAt == 0 {
-				select {
-				case <-ctx.Done():
-					t.Fatal("ended without a caller's deadline passing")
-				case <-time.After(150 * time.Millisecond):
-				}
-				return
-			}
-			select {
-			case <-ctx.Done():
-				assert.GreaterOrEqual(t, time.Since(now), tc.endsAt, "ended before the earliest deadline")
-			case <-time.After(10 * time.Second):
-				t.Fatal("did not end at the earliest deadline")
-			}
+			calls[tc.givesUp].giveUp()
+			assert.Error(t, ctx.Err(), "a caller that gives up ends it")
 		})
 	}
-	a, cancelA := context.WithTimeout(context.Background(), time.Hour)
-	defer cancelA()
-	ctx, cancel := batchContext([]*batchedCall{{ctx: a}, {ctx: context.Background()}})
-	cancel()
-	assert.Error(t, ctx.Err(), "cancel ends it")
+	// A call not yet in a pipeline has nothing to end.
+	(&batchedCall{ctx: context.Background()}).giveUp()
+}
 
-	// A waiting caller whose context is cancelled, not timed out, ends it
-	// too.
-	a, cancelA = context.WithCancel(context.Background())
-	defer cancelA()
-	ctx, cancel = batchContext([]*batchedCall{{ctx: context.Background()}, {ctx: a}})
-	defer cancel()
-	require.NoError(t, ctx.Err())
-	cancelA()
-	select {
-	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("a caller that left did not end the pipeline's context")
+// pipelineWatch holds back a batcher's first call (sent alone) until
+// release is closed, and reports whether a pipeline's context ends while
+// the pipeline waits to be sent.
+type pipelineWatch struct {
+	release, started chan struct{}
+	ended            chan bool
+}
+
+func (pipelineWatch) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (w pipelineWatch) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		<-w.release
+		return next(ctx, cmd)
 	}
+}
+func (w pipelineWatch) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		scripts := false // not go-redis's own pipelines, as when it opens a connection
+		for _, cmd := range cmds {
+			scripts = scripts || cmd.Name() == "evalsha"
+		}
+		if !scripts {
+			return next(ctx, cmds)
+		}
+		close(w.started)
+		select {
+		case <-ctx.Done():
+			w.ended <- true
+		case <-time.After(10 * time.Second):
+			w.ended <- false
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A caller that gives up on a call already sent in a pipeline (here, by
+// cancelling a context without a deadline) ends that pipeline's context, so
+// that go-redis does not send it again: the one slot in flight is held by a
+// first call, two more queue and go out in a pipeline once the slot frees,
+// and the caller of one of them then leaves. The other call of that
+// pipeline fails with it.
+func TestCallerGivingUpEndsItsPipeline(t *testing.T) {
+	server := redistest.Start(t)
+	client := server.Client(t)
+	watch := pipelineWatch{release: make(chan struct{}), started: make(chan struct{}), ended: make(chan bool, 1)}
+	client.AddHook(watch)
+	b := newBatcher(client, &pipelineStats{})
+	b.maxInFlight = 1
+
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := b.run(context.Background(), TokenBucket, "first", []byte(testTakeArg()))
+		firstDone <- err
+	}()
+	require.Eventually(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == 1 }, 5*time.Second, time.Millisecond)
+
+	ctx, giveUp := context.WithCancel(context.Background())
+	defer giveUp()
+	secondDone, thirdDone := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := b.run(ctx, TokenBucket, "second", []byte(testTakeArg()))
+		secondDone <- err
+	}()
+	require.Eventually(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 1 }, 5*time.Second, time.Millisecond)
+	go func() {
+		_, err := b.run(context.Background(), TokenBucket, "third", []byte(testTakeArg()))
+		thirdDone <- err
+	}()
+	require.Eventually(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 2 }, 5*time.Second, time.Millisecond)
+	close(watch.release)
+	require.NoError(t, <-firstDone)
+	<-watch.started
+	giveUp()
+	assert.ErrorIs(t, <-secondDone, context.Canceled)
+	assert.True(t, <-watch.ended, "the pipeline's context outlived a caller that left")
+	assert.ErrorIs(t, <-thirdDone, context.Canceled, "the other call fails with the pipeline")
 }
 
 // noscriptHook calls onNoscript after a pipeline in which a command got
@@ -366,7 +413,7 @@ func TestPipelineDoesNotResendForACallerThatLeft(t *testing.T) {
 	defer cancelBatch()
 	client.AddHook(noscriptHook{onNoscript: func() {
 		leave()
-		<-batchCtx.Done() // the caller's leaving ends the pipeline's context
+		left.giveUp() // as its caller does when it stops waiting
 	}})
 
 	newBatcher(client, &pipelineStats{}).exec(batchCtx, []*batchedCall{left, stays})
