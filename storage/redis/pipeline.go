@@ -308,14 +308,10 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 		b.stats.calls.Add(int64(sent))
 		var missing []*batchedCall
 		for _, c := range batch {
-			switch {
-			case !redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT"):
-				c.wake()
-			case c.ctx.Err() != nil:
-				c.leave() // gone while its script was missing: not sent again
-				c.wake()
-			default:
+			if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 				missing = append(missing, c)
+			} else {
+				c.wake()
 			}
 		}
 		if len(missing) > 0 {
@@ -327,7 +323,7 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 			pipe := b.client.Pipeline()
 			pipe.Ping(ctx) // as above
 			for _, c := range missing {
-				if c.ctx.Err() != nil { // gone since: its pipeline has no call of it
+				if c.ctx.Err() != nil { // gone while its script was missing: not sent again
 					c.leave()
 					continue
 				}
