@@ -45,6 +45,13 @@ func benchVariants() []benchVariant {
 			return New(Config{Max: max, Expiration: time.Minute, KeyGenerator: key, LimiterMiddleware: mw})
 		}
 	}
+	// Two limits: max per minute and max per hour, decided together.
+	oursTwo := func(mw LimiterHandler) func(int) fiber.Handler {
+		return func(max int) fiber.Handler {
+			return New(Config{Limits: []Limit{{Max: max, Expiration: time.Minute}, {Max: max, Expiration: time.Hour}},
+				KeyGenerator: key, LimiterMiddleware: mw})
+		}
+	}
 	fibers := func(mw fiberlimiter.LimiterHandler) func(int) fiber.Handler {
 		return func(max int) fiber.Handler {
 			return fiberlimiter.New(fiberlimiter.Config{Max: max, Expiration: time.Minute, KeyGenerator: key, LimiterMiddleware: mw})
@@ -57,6 +64,9 @@ func benchVariants() []benchVariant {
 		{"fixed", ours(FixedWindow{})},
 		{"sliding", ours(SlidingWindow{})},
 		{"token", ours(TokenBucket{})},
+		{"fixed-2limits", oursTwo(FixedWindow{})},
+		{"sliding-2limits", oursTwo(SlidingWindow{})},
+		{"token-2limits", oursTwo(TokenBucket{})},
 	}
 }
 
@@ -166,15 +176,15 @@ func BenchmarkHeapPerKey(b *testing.B) {
 	b.Run("ours", func(b *testing.B) {
 		for range b.N {
 			var clock testClock
-			m := newManager(algFixed, 2*n, clock.millis)
-			r := rule{limit: 10, burst: 10, window: int64(time.Minute / time.Millisecond)}
+			m := newManager(algFixed, 1, 2*n, clock.millis)
+			ls := one(rule{limit: 10, burst: 10, window: int64(time.Minute / time.Millisecond)})
 			ctx := context.Background()
 			var lat, rebuilds latencies // of single takes, and of the rebuilds in them
 			observeRebuild = rebuilds.add
 			defer func() { observeRebuild = nil }()
 			timed := func(k string) {
 				start := time.Now()
-				_, _ = m.take(ctx, k, r, 1)
+				_, _ = m.take(ctx, k, &ls, 1)
 				lat.add(time.Since(start))
 			}
 			before := liveHeap()
@@ -268,7 +278,10 @@ func (l *latencies) report(b *testing.B, what string) {
 // the IETF headers or both sets, and with an OnDecision hook that counts.
 func BenchmarkFloor(b *testing.B) {
 	key := func(c *fiber.Ctx) string { return c.Get("X-Key") }
-	writer := headerWriter{xRateLimit: true}
+	writer := headerWriter{xRateLimit: true, n: 1}
+	floorLimits := one(rule{limit: 100, burst: 100, window: 60_000})
+	floorVerdict := verdict{n: 1}
+	floorVerdict.each[0] = Decision{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Minute}
 	variants := []benchVariant{
 		{"baseline", nil},
 		{"noop", func(int) fiber.Handler { return func(c *fiber.Ctx) error { return c.Next() } }},
@@ -278,7 +291,7 @@ func BenchmarkFloor(b *testing.B) {
 		{"noop-key-headers", func(int) fiber.Handler {
 			return func(c *fiber.Ctx) error {
 				_ = key(c)
-				writer.write(c, Decision{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: time.Minute}, "", time.Minute, false)
+				writer.write(c, &floorVerdict, "", &floorLimits, false)
 				return c.Next()
 			}
 		}},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -23,7 +24,8 @@ type Config struct {
 
 	// Max is the number of requests (units of Cost) a key may make per
 	// Expiration. For TokenBucket it is the refill rate: Max tokens per
-	// Expiration. Must be >= 0; zero means the default.
+	// Expiration. Must be >= 0; zero means the default. For several limits
+	// at once, see Limits.
 	//
 	// Default: 5
 	Max int
@@ -76,9 +78,15 @@ type Config struct {
 
 	// Storage keeps the limiter's state outside the process. Left nil, a
 	// sharded in-memory manager keeps it for this process only: the fastest
-	// choice and exact within one process. Any other fiber.Storage works
-	// through get, modify and set under a lock in this process, which is
-	// exact for one process but not atomic across replicas sharing the store.
+	// choice and exact within one process. A storage on go-redis, one with
+	// a Conn() redis.UniversalClient method (the *Storage of
+	// github.com/gofiber/storage/redis/v3, or this module's storage/redis
+	// Store), is decided by an atomic Lua script in Redis: exact across any
+	// number of replicas sharing the Redis or Redis Cluster. Any other
+	// fiber.Storage works through get, modify and set under a lock in this
+	// process, which is exact for one process but not atomic across
+	// replicas sharing the store. Limiters sharing a Storage keep apart by
+	// their Name, algorithm and windows (see Name).
 	//
 	// Default: nil (in memory)
 	Storage fiber.Storage
@@ -114,11 +122,46 @@ type Config struct {
 	// Optional. Default: 1 per request
 	Cost func(c *fiber.Ctx) int
 
-	// KeyPrefix is put before every key in Storage, followed by the
-	// algorithm's tag, so two algorithms or two apps can share a store.
+	// KeyPrefix is put before every key in Storage, so that two apps can
+	// share a store. The limiter's identity follows it (see Name).
 	//
 	// Default: "limiter:"
 	KeyPrefix string
+
+	// Name is the limiter's identity in Storage. A key's state is stored
+	// under KeyPrefix + Name + ":" + the algorithm's tag + ":" + the
+	// windows of its limits + ":" + the key, for example
+	// "limiter:login:fw:15s:203.0.113.7" (or "limiter::fw:1m:203.0.113.7"
+	// without a Name). Limiters that differ in algorithm or in a window
+	// therefore never share state; replicas running the same code do, and
+	// admit exactly the limit together. Two limiters of one process on the
+	// same Storage (the same value, or for Redis the same client) with the
+	// same algorithm and windows and no Name would read each other's
+	// state: New panics for the second, asking for a Name (say, the
+	// route). Limiters given the same Name share their state on purpose,
+	// as one limiter would. Changing Max or Burst keeps the counts a deploy
+	// finds; changing an Expiration (or the Limits) starts every key
+	// afresh, the old state expiring on its own. In memory every limiter
+	// has its own state, whatever its Name. It must not contain ':'.
+	//
+	// Optional. Default: ""
+	Name string
+
+	// Limits decides every request under several limits at once, say 10
+	// per second and 1000 per hour, in place of Max and Expiration: a
+	// request is admitted when every limit admits it, and then counted
+	// under each; a request that one limit rejects is counted under none.
+	// In Redis it is one script call on one key, exact across replicas.
+	// The rate-limit headers describe the most restrictive limit (the
+	// least remaining, then the longest wait), the IETF fields list every
+	// limit as a policy of its own, and Retry-After is when every limit
+	// admits the request again. Give at most 4 limits, each with its own
+	// Expiration; Max, Expiration, MaxFunc and Burst must then be left
+	// unset (Max 5 and Expiration 1 minute, ConfigDefault's, count as
+	// unset), or New panics.
+	//
+	// Optional. Default: nil (one limit: Max per Expiration)
+	Limits []Limit
 
 	// DisableHeaders turns off the rate-limit response headers, as Headers:
 	// HeadersNone does. Retry-After is still sent with a rejection.
@@ -247,8 +290,10 @@ type Config struct {
 	// Storage, until its RetryAfter has passed, for requests of the same
 	// cost under the same limit. A flood on an exhausted key then
 	// costs Storage about one call per replica per RetryAfter. The cache
-	// takes 52 bytes a key, for DenyCacheKeys rounded up to a power of two,
-	// allocated at New, and forgets the key closest to its end when full. Its only effect on decisions is timing:
+	// takes 68 bytes a key (and 24 more for each limit past the first), for
+	// DenyCacheKeys rounded up to a power of two, allocated at New, and
+	// forgets the key closest to its end when full. Its only effect on
+	// decisions is timing:
 	// a credit within that period (a refund by another replica) is seen only
 	// once the period ends. A refund on this replica clears the key. Must be
 	// >= 0; zero means the default. Unused without Storage.
@@ -265,6 +310,31 @@ type Config struct {
 	// clock, when set, replaces the wall clock (tests only): ms since any
 	// fixed origin.
 	clock func() int64
+}
+
+// Limit is one limit of Config.Limits: at most Max units of cost per
+// Expiration (for TokenBucket: a bucket of Burst tokens refilled at Max per
+// Expiration).
+type Limit struct {
+	// Max is the number of requests (units of Cost) admitted per
+	// Expiration. Must be >= 1.
+	Max int
+
+	// Expiration is the limit's window, at least 1 ms; a fraction of a
+	// millisecond is rounded up. No two limits of a limiter may have the
+	// same one.
+	Expiration time.Duration
+
+	// Burst is the TokenBucket's capacity under this limit. Only
+	// TokenBucket uses it. Must be >= 0; zero means Max.
+	Burst int
+
+	// PolicyName names the limit in the IETF headers (HeadersIETF or
+	// HeadersBoth, which it needs).
+	//
+	// Default: Config.PolicyName (or "default") + "-" + the window, as in
+	// "default-1s"
+	PolicyName string
 }
 
 // ConfigDefault is the config used when New is called without one, and the
@@ -333,11 +403,21 @@ func configDefault(config ...Config) Config {
 		panic(fmt.Sprintf("limiter: FailurePolicy is %d; it must be FailFallback, FailOpen or FailClosed", cfg.FailurePolicy))
 	}
 	checkMillisecondsOrZero("Expiration", cfg.Expiration, ConfigDefault.Expiration)
-	if cfg.Max == 0 {
-		cfg.Max = ConfigDefault.Max
+	if strings.ContainsRune(cfg.Name, ':') {
+		panic(fmt.Sprintf("limiter: Name %q contains ':'; it must not (it is a part of every key in Storage)", cfg.Name))
 	}
-	if cfg.Expiration == 0 {
-		cfg.Expiration = ConfigDefault.Expiration
+	if len(cfg.Limits) > 0 {
+		checkLimits(&cfg)
+	} else {
+		if cfg.Max == 0 {
+			cfg.Max = ConfigDefault.Max
+		}
+		if cfg.Expiration == 0 {
+			cfg.Expiration = ConfigDefault.Expiration
+		}
+		window := windowMillis(cfg.Expiration)
+		checkProduct("Max", cfg.Max, window)
+		checkProduct("Burst", cfg.Burst, window)
 	}
 	if cfg.KeyGenerator == nil {
 		cfg.KeyGenerator = ConfigDefault.KeyGenerator
@@ -368,10 +448,46 @@ func configDefault(config ...Config) Config {
 	if cfg.DenyCacheKeys == 0 {
 		cfg.DenyCacheKeys = ConfigDefault.DenyCacheKeys
 	}
-	window := windowMillis(cfg.Expiration)
-	checkProduct("Max", cfg.Max, window)
-	checkProduct("Burst", cfg.Burst, window)
 	return cfg
+}
+
+// checkLimits validates cfg.Limits, and clears Max and Expiration when they
+// hold ConfigDefault's values (a config copied from ConfigDefault).
+func checkLimits(cfg *Config) {
+	if cfg.Max == ConfigDefault.Max {
+		cfg.Max = 0
+	}
+	if cfg.Expiration == ConfigDefault.Expiration {
+		cfg.Expiration = 0
+	}
+	switch {
+	case cfg.Max != 0 || cfg.Expiration != 0:
+		panic(fmt.Sprintf("limiter: Limits is set, and so are Max (%d) or Expiration (%v); set each limit's Max and Expiration in Limits only", cfg.Max, cfg.Expiration))
+	case cfg.MaxFunc != nil:
+		panic("limiter: Limits and MaxFunc are both set; MaxFunc sets the Max of a single limit: use Max and Expiration with it, or Limits without it")
+	case cfg.Burst != 0:
+		panic(fmt.Sprintf("limiter: Limits is set, and so is Burst (%d); set each limit's Burst in Limits", cfg.Burst))
+	case len(cfg.Limits) > maxLimits:
+		panic(fmt.Sprintf("limiter: Limits has %d limits; give at most %d", len(cfg.Limits), maxLimits))
+	}
+	for i, l := range cfg.Limits {
+		field := fmt.Sprintf("Limits[%d].", i)
+		if l.Max <= 0 {
+			panic(fmt.Sprintf("limiter: %sMax is %d; it must be >= 1", field, l.Max))
+		}
+		if l.Expiration < time.Millisecond {
+			panic(fmt.Sprintf("limiter: %sExpiration is %v; it must be at least 1ms", field, l.Expiration))
+		}
+		checkNonNegative(field+"Burst", l.Burst)
+		window := windowMillis(l.Expiration)
+		checkProduct(field+"Max", l.Max, window)
+		checkProduct(field+"Burst", l.Burst, window)
+		for j, o := range cfg.Limits[:i] {
+			if windowMillis(o.Expiration) == window {
+				panic(fmt.Sprintf("limiter: Limits[%d] and Limits[%d] have the same Expiration (%v); give each limit its own window", j, i, l.Expiration))
+			}
+		}
+	}
 }
 
 func checkNonNegative(field string, v int) {

@@ -32,9 +32,6 @@ type Decision struct {
 	// countedIn identifies where an admitted cost was counted (the window's
 	// start in ms for the windows), so a refund credits that same window.
 	countedIn int64
-	// source is what decided: the backend, or, in front of a store, the
-	// deny cache or the fallback limiter.
-	source decisionSource
 }
 
 // decisionSource says what made a Decision.
@@ -146,11 +143,12 @@ func (a algorithm) name() string {
 	return "tb"
 }
 
-// backend keeps the state of every key and applies an algorithm to it. The
-// deciding core (algorithms, backends, Decision) knows nothing of Fiber.
+// backend keeps the state of every key and applies an algorithm to it,
+// under every limit of ls at once (see verdict). The deciding core
+// (algorithms, backends, Decision) knows nothing of Fiber.
 type backend interface {
-	take(ctx context.Context, key string, r rule, cost int64) (Decision, error)
-	refund(ctx context.Context, key string, r rule, cost int64, d Decision) error
+	take(ctx context.Context, key string, ls *limits, cost int64) (verdict, error)
+	refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) error
 }
 
 // millis converts a span of milliseconds to a Duration: 0 when negative,

@@ -19,10 +19,14 @@ const denyWays = 4
 // an empty or ended entry, else the one that ends first. Keys are kept as
 // two 64-bit hashes with per-cache random seeds, never as their bytes, so
 // the cache holds nothing of the request and cannot be made to mix up two
-// keys by a client, who does not know the seeds.
+// keys by a client, who does not know the seeds. A limiter with several
+// limits keeps each limit's part of a rejection: the first in the entry,
+// the others in more, n-1 per entry.
 type denyCache struct {
 	seed1, seed2 maphash.Seed
 	sets         []denySet
+	more         []denyPart // limits 1 to n-1 of every entry
+	stride       int        // n-1
 	mask         uint64
 }
 
@@ -32,46 +36,57 @@ type denySet struct {
 	entries [denyWays]denyEntry
 }
 
-// denyEntry is one rejected key: until is when its RetryAfter ends and
-// reset when its quota is back (ms, the cache's clock); the rule it was
-// rejected under, the cost and the remaining quota. until == 0 marks an
-// empty entry.
+// denyEntry is one rejected key: until is when every limit admits the
+// request again (ms, the cache's clock), limit and burst the first limit's
+// rule when it was rejected (MaxFunc may change it), cost the request's
+// cost, and part the first limit's part. until == 0 marks an empty entry.
 type denyEntry struct {
 	h1, h2       uint64
-	until, reset int64
+	until        int64
 	limit, burst uint32
 	cost         uint32
+	part         denyPart
+}
+
+// denyPart is one limit's part of a rejection: when it would admit the
+// request (until), when its quota is back (reset), both ms, and what it
+// had left.
+type denyPart struct {
+	until, reset int64
 	remaining    uint32
 }
 
 // newDenyCache returns a cache of at least keys entries (rounded up to a
-// power of two number of sets).
-func newDenyCache(keys int) *denyCache {
-	n := 1
-	for n*denyWays < keys {
-		n *= 2
+// power of two number of sets) for a limiter of n limits.
+func newDenyCache(keys, n int) *denyCache {
+	sets := 1
+	for sets*denyWays < keys {
+		sets *= 2
 	}
 	return &denyCache{
-		seed1: maphash.MakeSeed(),
-		seed2: maphash.MakeSeed(),
-		sets:  make([]denySet, n),
-		mask:  uint64(n - 1),
+		seed1:  maphash.MakeSeed(),
+		seed2:  maphash.MakeSeed(),
+		sets:   make([]denySet, sets),
+		more:   make([]denyPart, sets*denyWays*(n-1)),
+		stride: n - 1,
+		mask:   uint64(sets - 1),
 	}
 }
 
-func (c *denyCache) hash(key string) (*denySet, uint64, uint64) {
+func (c *denyCache) hash(key string) (*denySet, []denyPart, uint64, uint64) {
 	h1 := maphash.String(c.seed1, key)
 	h2 := maphash.String(c.seed2, key)
-	return &c.sets[h1&c.mask], h1, h2
+	i := h1 & c.mask
+	return &c.sets[i], c.more[int(i)*denyWays*c.stride : int(i+1)*denyWays*c.stride], h1, h2
 }
 
-// check returns the rejection of a request of cost under r for key at now
-// (ms) when the cache holds one for the same rule and the same cost: the
+// check returns the rejection of a request of cost under ls for key at now
+// (ms) when the cache holds one for the same rules and the same cost: the
 // store would answer that request with the same rejection, but for the
 // time that has passed. On a miss it returns the key's set's generation,
 // for add.
-func (c *denyCache) check(key string, now int64, r rule, cost int64) (Decision, bool, uint64) {
-	set, h1, h2 := c.hash(key)
+func (c *denyCache) check(key string, now int64, ls *limits, cost int64) (verdict, bool, uint64) {
+	set, more, h1, h2 := c.hash(key)
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	for i := range set.entries {
@@ -83,41 +98,50 @@ func (c *denyCache) check(key string, now int64, r rule, cost int64) (Decision, 
 			*e = denyEntry{}
 			break
 		}
-		if int64(e.limit) != r.limit || int64(e.burst) != r.burst || int64(e.cost) != cost {
+		if int64(e.limit) != ls.r[0].limit || int64(e.burst) != ls.r[0].burst || int64(e.cost) != cost {
 			break
 		}
-		retry := e.until - now
-		return Decision{
-			Limit:      int(e.burst), // the capacity: burst equals limit but for the bucket
-			Remaining:  int(e.remaining),
-			ResetAfter: millis(max(e.reset-now, retry)),
-			RetryAfter: millis(retry),
-			source:     fromDenyCache,
-		}, true, 0
+		v := verdict{n: ls.n, source: fromDenyCache}
+		v.each[0] = e.part.decision(now, ls.r[0])
+		for j := 1; j < ls.n; j++ {
+			v.each[j] = more[i*c.stride+j-1].decision(now, ls.r[j])
+		}
+		return v, true, 0
 	}
-	return Decision{}, false, set.gen
+	return verdict{}, false, set.gen
+}
+
+// decision is the part of a limit of rule r at now.
+func (p *denyPart) decision(now int64, r rule) Decision {
+	retry := max(0, p.until-now)
+	return Decision{
+		Limit:      int(r.burst), // the capacity: burst equals limit but for the bucket
+		Remaining:  int(p.remaining),
+		ResetAfter: millis(max(p.reset-now, retry)),
+		RetryAfter: millis(retry),
+	}
 }
 
 // add records that the store rejected a request of cost for key at now
-// with d, unless the key's set was told of a refund (forget) since check
+// with v, unless the key's set was told of a refund (forget) since check
 // returned gen: the rejection may predate the credit. A rejection without
 // a finite, positive RetryAfter is not kept.
-func (c *denyCache) add(key string, now int64, r rule, cost int64, d Decision, gen uint64) {
-	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter == InfDuration || cost <= 0 || r.limit > maxLimit || r.burst > maxLimit {
+func (c *denyCache) add(key string, now int64, ls *limits, cost int64, v *verdict, gen uint64) {
+	retry := v.retryAfter()
+	if v.allowed() || retry <= 0 || retry == InfDuration || cost <= 0 || ls.r[0].limit > maxLimit || ls.r[0].burst > maxLimit {
 		return
 	}
 	e := denyEntry{
-		until:     now + ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)),
-		reset:     now + ceilDiv(int64(d.ResetAfter), int64(time.Millisecond)),
-		limit:     uint32(r.limit),
-		burst:     uint32(r.burst),
-		cost:      uint32(min(cost, maxLimit)),
-		remaining: uint32(min(max(d.Remaining, 0), maxLimit)),
+		until: now + ceilDiv(int64(retry), int64(time.Millisecond)),
+		limit: uint32(ls.r[0].limit),
+		burst: uint32(ls.r[0].burst),
+		cost:  uint32(min(cost, maxLimit)),
+		part:  newDenyPart(now, &v.each[0]),
 	}
 	if e.until == 0 {
 		e.until = 1 // 0 marks an empty entry
 	}
-	set, h1, h2 := c.hash(key)
+	set, more, h1, h2 := c.hash(key)
 	e.h1, e.h2 = h1, h2
 	set.mu.Lock()
 	if set.gen != gen {
@@ -136,12 +160,24 @@ func (c *denyCache) add(key string, now int64, r rule, cost int64, d Decision, g
 		}
 	}
 	set.entries[slot] = e
+	for j := 1; j < ls.n; j++ {
+		more[slot*c.stride+j-1] = newDenyPart(now, &v.each[j])
+	}
 	set.mu.Unlock()
+}
+
+// newDenyPart keeps d, a limit's part of a rejection at now.
+func newDenyPart(now int64, d *Decision) denyPart {
+	return denyPart{
+		until:     now + ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)),
+		reset:     now + ceilDiv(int64(d.ResetAfter), int64(time.Millisecond)),
+		remaining: uint32(min(max(d.Remaining, 0), maxLimit)),
+	}
 }
 
 // forget drops key, whose count a refund has just lowered.
 func (c *denyCache) forget(key string) {
-	set, h1, h2 := c.hash(key)
+	set, _, h1, h2 := c.hash(key)
 	set.mu.Lock()
 	set.gen++
 	for i := range set.entries {

@@ -132,16 +132,15 @@ func ExampleTokenBucket() {
 // with one atomic script call per decision, so any number of replicas
 // admit exactly Max between them.
 func Example_redis() {
-	// In production, for example: fiberredis.Config{URL: "redis://redis:6379/0"}.
-	// Here, the redis-server the tests started.
-	storage := fiberredis.New(fiberredis.Config{URL: "redis://" + os.Getenv("LIMITER_EXAMPLE_REDIS")})
-	defer storage.Close()
-
 	// A prefix of this run's own, so that a rerun starts afresh.
 	prefix := "example:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	// Two replicas, as two processes would be.
+	// Two replicas, as two processes would be, each with its own client.
 	var replicas []*fiber.App
 	for range 2 {
+		// In production, for example: fiberredis.Config{URL: "redis://redis:6379/0"}.
+		// Here, the redis-server the tests started.
+		storage := fiberredis.New(fiberredis.Config{URL: "redis://" + os.Getenv("LIMITER_EXAMPLE_REDIS")})
+		defer storage.Close()
 		app := fiber.New()
 		app.Use(limiter.New(limiter.Config{
 			Max:        3,
@@ -320,4 +319,43 @@ func ExampleConfig_dryRun() {
 	// 200 | X-RateLimit-Remaining: 0
 	// 200 | X-RateLimit-Remaining: 0
 	// would have rejected: 2
+}
+
+// Several limits decided as one: 2 per 10 seconds and 3 per hour. The
+// third request is rejected by the first limit and counts in neither; the
+// headers describe the most restrictive limit, and the IETF fields list
+// both.
+func ExampleConfig_limits() {
+	app := fiber.New()
+	app.Use(limiter.New(limiter.Config{
+		Limits: []limiter.Limit{
+			{Max: 2, Expiration: 10 * time.Second},
+			{Max: 3, Expiration: time.Hour},
+		},
+		Headers: limiter.HeadersBoth,
+	}))
+	app.Get("/", ok)
+
+	send(app, 3, "/", "X-RateLimit-Limit", "X-RateLimit-Remaining", "RateLimit")
+	// Output:
+	// 200 | X-RateLimit-Limit: 2 | X-RateLimit-Remaining: 1 | RateLimit: "default-10s";r=1;t=10, "default-1h";r=2;t=3600
+	// 200 | X-RateLimit-Limit: 2 | X-RateLimit-Remaining: 0 | RateLimit: "default-10s";r=0;t=10, "default-1h";r=1;t=3600
+	// 429 | X-RateLimit-Limit: 2 | X-RateLimit-Remaining: 0 | RateLimit: "default-10s";r=0;t=10, "default-1h";r=1;t=3600
+}
+
+// Limiters per route, each with a Name: on a shared Storage their states
+// never mix (a Name is how New tells two limiters of the same algorithm
+// and window apart), and in memory each has its own anyway.
+func ExampleConfig_name() {
+	app := fiber.New()
+	app.Get("/login", limiter.New(limiter.Config{Name: "login", Max: 1, Expiration: 15 * time.Minute}), ok)
+	app.Get("/search", limiter.New(limiter.Config{Name: "search", Max: 2, Expiration: time.Minute}), ok)
+
+	send(app, 2, "/login")
+	send(app, 2, "/search")
+	// Output:
+	// 200
+	// 429
+	// 200
+	// 200
 }

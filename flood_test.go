@@ -89,9 +89,9 @@ func TestFloodOfRandomKeysIsBounded(t *testing.T) {
 			ctx := context.Background()
 
 			before := liveHeap()
-			m := newManager(tt.alg, maxKeys, clock.millis)
+			m := newManager(tt.alg, 1, maxKeys, clock.millis)
 			for i := range flood {
-				if _, err := m.take(ctx, keys.key(i), r, 1); err != nil {
+				if _, err := takeRule(m, ctx, keys.key(i), r, 1); err != nil {
 					require.NoError(t, err, "take %d", i)
 				}
 				if (i+1)%checkEvery == 0 {
@@ -157,11 +157,11 @@ func BenchmarkFlood1M(b *testing.B) {
 		observeRebuild = rebuilds.add
 
 		before := liveHeap()
-		m := newManager(algFixed, ConfigDefault.MaxKeys, nil)
+		m := newManager(algFixed, 1, ConfigDefault.MaxKeys, nil)
 		for i := range flood {
 			key := keys.key(i)
 			start := time.Now()
-			d, _ := m.take(ctx, key, r, 1)
+			d, _ := takeRule(m, ctx, key, r, 1)
 			pauses[i] = time.Since(start)
 			if !d.Allowed {
 				b.Fatalf("key %d: a new key was rejected", i)

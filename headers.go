@@ -65,17 +65,18 @@ var (
 type headerWriter struct {
 	xRateLimit bool
 	ietf       bool
-	withKey    bool   // the IETF fields carry the key as pk
-	limit      []byte // X-RateLimit-Limit's value when it never changes (no MaxFunc)
-	name       []byte // the policy name as an RFC 9651 String, quotes included
-	policy     []byte // RateLimit-Policy's value when it never changes (no MaxFunc, no pk)
+	withKey    bool // the IETF fields carry the key as pk
+	alg        algorithm
+	n          int               // limits
+	names      [maxLimits][]byte // the limits' policy names as RFC 9651 Strings, quotes included
+	limit      []byte            // X-RateLimit-Limit's value when it never changes (one limit, no MaxFunc)
+	policy     []byte            // RateLimit-Policy's value when it never changes (no MaxFunc, no pk)
 }
 
 // newHeaderWriter validates the header settings of cfg (defaults applied)
-// and prepares what never changes. constLimit is the Limit of every
-// decision when there is no MaxFunc, else 0; policyWindow is then the
-// policy's w.
-func newHeaderWriter(cfg Config, constLimit int64, policyWindow time.Duration) headerWriter {
+// and prepares what never changes: the policy names of the limits ls, and
+// when constant (no MaxFunc) the Limit and the policy.
+func newHeaderWriter(cfg Config, alg algorithm, ls *limits, constant bool) headerWriter {
 	mode := cfg.Headers
 	if cfg.DisableHeaders {
 		if mode != HeadersXRateLimit && mode != HeadersNone {
@@ -90,46 +91,107 @@ func newHeaderWriter(cfg Config, constLimit int64, policyWindow time.Duration) h
 		xRateLimit: mode == HeadersXRateLimit || mode == HeadersBoth,
 		ietf:       mode == HeadersIETF || mode == HeadersBoth,
 		withKey:    cfg.HeaderPartitionKey,
+		alg:        alg,
+		n:          ls.n,
 	}
-	if !w.ietf && (cfg.PolicyName != "" || cfg.HeaderPartitionKey) {
-		panic(fmt.Sprintf("limiter: PolicyName or HeaderPartitionKey is set but Headers is %v; they apply to the IETF headers only (HeadersIETF or HeadersBoth)", mode))
-	}
-	name := cfg.PolicyName
-	if name == "" {
-		name = defaultPolicyName
-	}
-	for i := 0; i < len(name); i++ {
-		if name[i] < 0x20 || name[i] > 0x7e {
-			panic(fmt.Sprintf("limiter: PolicyName %q has byte 0x%02x at %d; it must be printable ASCII (an RFC 9651 String)", name, name[i], i))
+	if !w.ietf {
+		set := ""
+		switch {
+		case cfg.PolicyName != "":
+			set = "PolicyName"
+		case cfg.HeaderPartitionKey:
+			set = "HeaderPartitionKey"
+		}
+		for i, l := range cfg.Limits {
+			if l.PolicyName != "" {
+				set = fmt.Sprintf("Limits[%d].PolicyName", i)
+			}
+		}
+		if set != "" {
+			panic(fmt.Sprintf("limiter: %s is set but Headers is %v; PolicyName and HeaderPartitionKey apply to the IETF headers only (HeadersIETF or HeadersBoth)", set, mode))
 		}
 	}
-	w.name = appendSFString(nil, name)
-	if constLimit > 0 {
-		w.limit = strconv.AppendInt(nil, constLimit, 10)
+	base := cfg.PolicyName
+	if base == "" {
+		base = defaultPolicyName
+	}
+	for i := range ls.n {
+		name := base
+		if len(cfg.Limits) > 1 {
+			name = string(appendWindow([]byte(base+"-"), ls.r[i].window))
+			if cfg.Limits[i].PolicyName != "" {
+				name = cfg.Limits[i].PolicyName
+			}
+		} else if len(cfg.Limits) == 1 && cfg.Limits[0].PolicyName != "" {
+			name = cfg.Limits[0].PolicyName
+		}
+		for j := 0; j < len(name); j++ {
+			if name[j] < 0x20 || name[j] > 0x7e {
+				panic(fmt.Sprintf("limiter: PolicyName %q has byte 0x%02x at %d; it must be printable ASCII (an RFC 9651 String)", name, name[j], j))
+			}
+		}
+		w.names[i] = appendSFString(nil, name)
+		for j := range i {
+			if bytes.Equal(w.names[i], w.names[j]) {
+				panic(fmt.Sprintf("limiter: Limits[%d] and Limits[%d] have the same PolicyName %q; give each limit its own", j, i, name))
+			}
+		}
+	}
+	if constant {
+		if ls.n == 1 {
+			w.limit = strconv.AppendInt(nil, quota(alg, ls.r[0]), 10)
+		}
 		if !w.withKey {
-			w.policy = w.appendPolicy(nil, constLimit, policyWindow, "")
+			for i := range ls.n {
+				if i > 0 {
+					w.policy = append(w.policy, ", "...)
+				}
+				w.policy = w.appendPolicy(w.policy, i, ls.r[i], "")
+			}
 		}
 	}
 	return w
 }
 
-// write sets the headers of the mode for d, the decision on key under a
-// policy of w seconds, and Retry-After (whole seconds, at least 1) on a
-// rejection that can succeed later, unless dryRun: the request then goes on
-// as admitted.
-func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow time.Duration, dryRun bool) {
+// quota is the Limit of a decision under r: the bucket's capacity for the
+// token bucket, else the limit.
+func quota(alg algorithm, r rule) int64 {
+	if alg == algToken {
+		return r.burst
+	}
+	return r.limit
+}
+
+// policyWindow is the w of the IETF RateLimit-Policy for rule r: the
+// window, or for the token bucket the time an empty bucket takes to fill.
+func policyWindow(alg algorithm, r rule) time.Duration {
+	ms := r.window
+	if alg == algToken && r.burst != r.limit {
+		ms = (r.burst*r.window + r.limit - 1) / r.limit // below 2^63: both products are within maxLimitWindow
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// write sets the headers of the mode for v, the decision on key under ls,
+// and Retry-After (whole seconds, at least 1) on a rejection that can
+// succeed later, unless dryRun: the request then goes on as admitted. The
+// X-RateLimit fields describe the most restrictive limit; the IETF fields
+// list each.
+func (w *headerWriter) write(c *fiber.Ctx, v *verdict, key string, ls *limits, dryRun bool) {
 	var buf [256]byte // the longest value, RateLimit-Policy with a 100-byte name, fits; pk of a long key may not
 	h := &c.Response().Header
-	retry := !d.Allowed && d.RetryAfter != InfDuration
+	retryAfter := v.retryAfter()
+	retry := !v.allowed() && retryAfter != InfDuration
 	var wait int64 // Retry-After's value, read before this limiter's fields replace those of a limiter in front
 	if retry {
-		var self []byte // the policy this limiter writes, which it replaces
+		var self [][]byte // the policies this limiter writes, which it replaces
 		if w.ietf {
-			self = w.name
+			self = w.names[:w.n]
 		}
-		wait = max(1, ceilSeconds(d.RetryAfter), exhaustedInFront(h, self))
+		wait = max(1, ceilSeconds(retryAfter), exhaustedInFront(h, self))
 	}
 	if w.xRateLimit {
+		d := &v.each[v.tightest()]
 		if w.limit != nil {
 			h.SetCanonical(headerLimit, w.limit)
 		} else {
@@ -142,27 +204,40 @@ func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow 
 		if w.policy != nil {
 			w.setMember(h, headerPolicy, w.policy, buf[:0])
 		} else {
-			v := w.appendPolicy(buf[:0], int64(d.Limit), policyWindow, key)
-			w.setMember(h, headerPolicy, v, v[len(v):])
+			p := buf[:0]
+			for i := range w.n {
+				if i > 0 {
+					p = append(p, ", "...)
+				}
+				p = w.appendPolicy(p, i, ls.r[i], key)
+			}
+			w.setMember(h, headerPolicy, p, p[len(p):])
 		}
-		// t is when more quota is available: on a rejection, when this
-		// request would be admitted, this limiter's own Retry-After (the
-		// header may say later, for a limiter in front), so that
-		// Retry-After is never earlier than t; otherwise when the quota is
-		// fully back.
-		t := ceilSeconds(d.ResetAfter)
-		if retry {
-			t = max(1, ceilSeconds(d.RetryAfter))
+		p := buf[:0]
+		for i := range w.n {
+			if i > 0 {
+				p = append(p, ", "...)
+			}
+			d := &v.each[i]
+			// t is when more quota is available: for a limit that rejects
+			// the request, when it would admit it, its own Retry-After
+			// (the header may say later, for a limit or a limiter in
+			// front), so that Retry-After is never earlier than t;
+			// otherwise when the quota is fully back.
+			t := ceilSeconds(d.ResetAfter)
+			if d.RetryAfter > 0 && d.RetryAfter != InfDuration {
+				t = max(1, ceilSeconds(d.RetryAfter))
+			}
+			p = append(p, w.names[i]...)
+			p = append(p, ";r="...)
+			p = strconv.AppendInt(p, int64(d.Remaining), 10)
+			p = append(p, ";t="...)
+			p = strconv.AppendInt(p, t, 10)
+			if w.withKey {
+				p = appendPartitionKey(p, key)
+			}
 		}
-		v := append(buf[:0], w.name...)
-		v = append(v, ";r="...)
-		v = strconv.AppendInt(v, int64(d.Remaining), 10)
-		v = append(v, ";t="...)
-		v = strconv.AppendInt(v, t, 10)
-		if w.withKey {
-			v = appendPartitionKey(v, key)
-		}
-		w.setMember(h, headerRateLimit, v, v[len(v):])
+		w.setMember(h, headerRateLimit, p, p[len(p):])
 	}
 	if retry && !dryRun {
 		h.SetCanonical(headerRetryAfter, strconv.AppendInt(buf[:0], wait, 10))
@@ -172,15 +247,15 @@ func (w *headerWriter) write(c *fiber.Ctx, d Decision, key string, policyWindow 
 // exhaustedInFront returns how many seconds a limiter in front of this one
 // (another handler of the chain, which admitted the request) says its
 // quota stays spent, or 0: the largest t of a RateLimit member with r=0
-// other than one named self (the policy this limiter is about to write;
-// nil when it writes none), and X-RateLimit-Reset when
+// other than those named in self (the policies this limiter is about to
+// write; none when it writes none), and X-RateLimit-Reset when
 // X-RateLimit-Remaining is 0. Those say when the front limiter's quota is
 // fully back: a retry before then may be rejected there (with a fixed
 // window in front it would be; with a token bucket or sliding window in
 // front it may pass sooner, so the bound is on the safe side). Retry-After
 // is never earlier, and so never earlier than any t with r=0 the response
 // lists. Values it cannot read are passed over.
-func exhaustedInFront(h *fasthttp.ResponseHeader, self []byte) int64 {
+func exhaustedInFront(h *fasthttp.ResponseHeader, self [][]byte) int64 {
 	wait := exhaustedMembers(h.PeekBytes(headerRateLimit), self)
 	if remaining := h.PeekBytes(headerRemaining); len(remaining) == 1 && remaining[0] == '0' {
 		if reset, ok := parseSeconds(h.PeekBytes(headerReset)); ok {
@@ -190,31 +265,32 @@ func exhaustedInFront(h *fasthttp.ResponseHeader, self []byte) int64 {
 	return wait
 }
 
-// setMember sets field to member, this limiter's policy, unless the field
-// already lists other policies (another limiter in front of this one, with
-// another PolicyName): member is then added to the list, so that a client
-// sees every policy it is under. A field already naming this policy (as
-// when the same handler runs twice) is replaced. scratch is spare room for
-// the joined value.
-func (w *headerWriter) setMember(h *fasthttp.ResponseHeader, field, member, scratch []byte) {
+// setMember sets field to members, this limiter's policies, unless the
+// field already lists other policies (another limiter in front of this
+// one, with other names): the members are then added to the list, so that
+// a client sees every policy it is under. A field that starts with this
+// limiter's first policy (as when the same handler runs twice) is
+// replaced. scratch is spare room for the joined value.
+func (w *headerWriter) setMember(h *fasthttp.ResponseHeader, field, members, scratch []byte) {
 	prev := h.PeekBytes(field)
-	if len(prev) == 0 || bytes.HasPrefix(prev, w.name) && (len(prev) == len(w.name) || prev[len(w.name)] == ';') {
-		h.SetCanonical(field, member)
+	first := w.names[0]
+	if len(prev) == 0 || bytes.HasPrefix(prev, first) && (len(prev) == len(first) || prev[len(first)] == ';') {
+		h.SetCanonical(field, members)
 		return
 	}
-	joined := append(append(append(scratch, prev...), ", "...), member...)
+	joined := append(append(append(scratch, prev...), ", "...), members...)
 	h.SetCanonical(field, joined)
 }
 
-// appendPolicy appends a RateLimit-Policy value: the policy's name, its
-// quota q and window w (whole seconds, at least 1), and the key as pk when
-// the writer carries it.
-func (w *headerWriter) appendPolicy(dst []byte, quota int64, window time.Duration, key string) []byte {
-	dst = append(dst, w.name...)
+// appendPolicy appends a RateLimit-Policy member for limit i under rule r:
+// the policy's name, its quota q and window w (whole seconds, at least 1),
+// and the key as pk when the writer carries it.
+func (w *headerWriter) appendPolicy(dst []byte, i int, r rule, key string) []byte {
+	dst = append(dst, w.names[i]...)
 	dst = append(dst, ";q="...)
-	dst = strconv.AppendInt(dst, quota, 10)
+	dst = strconv.AppendInt(dst, quota(w.alg, r), 10)
 	dst = append(dst, ";w="...)
-	dst = strconv.AppendInt(dst, max(1, ceilSeconds(window)), 10)
+	dst = strconv.AppendInt(dst, max(1, ceilSeconds(policyWindow(w.alg, r))), 10)
 	if w.withKey {
 		dst = appendPartitionKey(dst, key)
 	}

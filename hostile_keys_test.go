@@ -133,7 +133,7 @@ func TestHostileKeysBothBackends(t *testing.T) {
 			return seq
 		}},
 	}
-	tags := map[string]string{"FixedWindow": "fw:", "SlidingWindow": "sw:", "TokenBucket": "tb:"}
+	tags := map[string]string{"FixedWindow": ":fw:1m:", "SlidingWindow": ":sw:1m:", "TokenBucket": ":tb:1m:"} // the identity of a limiter without a Name
 
 	// run plays every order through a fresh limiter from newStorage (nil:
 	// in memory) for each algorithm, then calls check with the algorithm.

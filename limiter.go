@@ -2,6 +2,14 @@
 // Fiber's own middleware/limiter, with a fixed window, a sliding window and a
 // token bucket, millisecond-exact time, and headers on every response.
 //
+// State lives in this process by default. Given a Redis Storage (the
+// *Storage of github.com/gofiber/storage/redis/v3 works as it is), every
+// decision is one atomic Lua script call in Redis, so any number of replicas
+// admit exactly the limit between them, on one Redis or a Redis Cluster.
+// Several limits, such as 10 per second and 1000 per hour, can be decided as
+// one (Config.Limits), and several limiters share a Storage without
+// touching each other's state (Config.Name).
+//
 //	app.Use(limiter.New(limiter.Config{
 //		Max:               100,
 //		Expiration:        time.Minute,
@@ -40,15 +48,17 @@ func New(config ...Config) fiber.Handler {
 
 // handler is the one middleware body shared by every algorithm and backend.
 type handler struct {
-	next           func(*fiber.Ctx) bool
-	maxFunc        func(*fiber.Ctx) int
-	costFunc       func(*fiber.Ctx) int
-	keyFunc        func(*fiber.Ctx) string
-	limitReached   fiber.Handler
-	backend        backend
-	inMemory       bool // the backend is the manager, which reads the request's time from c.Context()
-	base           rule
-	fixedBurst     bool // Burst was set: the bucket's capacity does not follow MaxFunc
+	next         func(*fiber.Ctx) bool
+	maxFunc      func(*fiber.Ctx) int
+	costFunc     func(*fiber.Ctx) int
+	keyFunc      func(*fiber.Ctx) string
+	limitReached fiber.Handler
+	// One of memory and store decides: called by their own types, so that
+	// a request's limits, on its stack, stay there in memory.
+	memory         *manager
+	store          *guardedStore
+	base           limits // MaxFunc changes the first one's limit per request
+	fixedBurst     bool   // Burst was set: the bucket's capacity does not follow MaxFunc
 	skipFailed     bool
 	skipSuccessful bool
 	headers        headerWriter
@@ -67,19 +77,24 @@ type handler struct {
 // user calling FixedWindow{}.New(cfg), so the defaults are applied again.
 func newHandler(cfg Config, alg algorithm) fiber.Handler {
 	cfg = configDefault(cfg)
-	if cfg.Burst != 0 {
-		if alg != algToken {
-			panic(fmt.Sprintf("limiter: Burst is %d but only TokenBucket uses it; remove it or use TokenBucket{}", cfg.Burst))
+	if alg != algToken {
+		field, burst := "Burst", cfg.Burst
+		for i, l := range cfg.Limits {
+			if l.Burst != 0 {
+				field, burst = fmt.Sprintf("Limits[%d].Burst", i), l.Burst
+			}
+		}
+		if burst != 0 {
+			panic(fmt.Sprintf("limiter: %s is %d but only TokenBucket uses it; remove it or use TokenBucket{}", field, burst))
 		}
 	}
-	window := windowMillis(cfg.Expiration)
 	h := &handler{
 		next:           cfg.Next,
 		maxFunc:        cfg.MaxFunc,
 		costFunc:       cfg.Cost,
 		keyFunc:        cfg.KeyGenerator,
 		limitReached:   cfg.LimitReached,
-		base:           rule{limit: int64(cfg.Max), burst: int64(cfg.Max), window: window},
+		base:           limitsOf(&cfg),
 		fixedBurst:     cfg.Burst > 0,
 		skipFailed:     cfg.SkipFailedRequests,
 		skipSuccessful: cfg.SkipSuccessfulRequests,
@@ -88,21 +103,12 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 		alg:            alg,
 		algorithm:      algorithmNames[alg],
 	}
-	if cfg.Burst > 0 {
-		h.base.burst = int64(cfg.Burst)
-	}
-	var constLimit int64
-	if cfg.MaxFunc == nil {
-		constLimit = h.base.limit
-		if alg == algToken {
-			constLimit = h.base.burst
-		}
-	}
-	h.headers = newHeaderWriter(cfg, constLimit, h.policyWindow(h.base))
+	h.headers = newHeaderWriter(cfg, alg, &h.base, cfg.MaxFunc == nil)
 	clock := cfg.clock
+	n := h.base.n
+	prefix := keyPrefix(&cfg, alg, &h.base)
 	if cfg.Storage == nil {
-		h.backend = newManager(alg, cfg.MaxKeys, clock)
-		h.inMemory = true
+		h.memory = newManager(alg, n, cfg.MaxKeys, clock)
 		h.backendName = "memory"
 		// The raw-bytes IP key saves formatting the address, but is no
 		// text to show in a header or hand to a hook.
@@ -111,30 +117,54 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 		}
 	} else if conn, ok := cfg.Storage.(redisConn); ok {
 		client := conn.Conn()
-		h.backend = newGuardedStore(newRedisBackend(conn, alg, cfg.KeyPrefix, clock), honorsContext(client), cfg, alg)
+		h.store = newGuardedStore(newRedisBackend(conn, alg, prefix, clock), honorsContext(client), cfg, alg, n)
 		h.backendName = "redis"
 	} else {
 		if clock == nil {
 			clock = wallMillis
 		}
-		h.backend = newGuardedStore(newStorageBackend(cfg.Storage, alg, cfg.KeyPrefix, clock), false, cfg, alg)
+		h.store = newGuardedStore(newStorageBackend(cfg.Storage, alg, prefix, clock), false, cfg, alg, n)
 		h.backendName = "storage"
+	}
+	if cfg.Storage != nil {
+		claimIdentity(h, cfg.Storage, prefix, cfg.Name != "")
 	}
 	h.retryClosed = time.Duration(max(1, ceilSeconds(cfg.BreakerCooldown))) * time.Second
 	h.retryUnavailable = []byte(strconv.FormatInt(max(1, ceilSeconds(cfg.BreakerCooldown)), 10))
 	return h.serve
 }
 
+// limitsOf returns the limits of cfg (defaults applied): Limits, or Max
+// per Expiration (with Burst).
+func limitsOf(cfg *Config) limits {
+	if len(cfg.Limits) == 0 {
+		r := rule{limit: int64(cfg.Max), burst: int64(cfg.Max), window: windowMillis(cfg.Expiration)}
+		if cfg.Burst > 0 {
+			r.burst = int64(cfg.Burst)
+		}
+		return one(r)
+	}
+	ls := limits{n: len(cfg.Limits)}
+	for i, l := range cfg.Limits {
+		ls.r[i] = rule{limit: int64(l.Max), burst: int64(l.Max), window: windowMillis(l.Expiration)}
+		if l.Burst > 0 {
+			ls.r[i].burst = int64(l.Burst)
+		}
+	}
+	return ls
+}
+
 func (h *handler) serve(c *fiber.Ctx) error {
 	if h.next != nil && h.next(c) {
 		return c.Next()
 	}
-	r := h.base
+	ls := h.base
 	if h.maxFunc != nil {
 		limit := int64(h.maxFunc(c))
 		if limit <= 0 {
 			return c.Next()
 		}
+		r := &ls.r[0]
 		r.limit = clampLimit(limit, r.window)
 		if !h.fixedBurst {
 			r.burst = r.limit
@@ -153,25 +183,30 @@ func (h *handler) serve(c *fiber.Ctx) error {
 		// is free to change; the refund needs it as it is now.
 		key = string([]byte(key))
 	}
-	ctx := h.context(c)
 	var start time.Time
 	if h.onDecision != nil {
 		start = time.Now()
 	}
-	d, err := h.backend.take(ctx, key, r, cost)
+	var v verdict
+	var err error
+	if h.memory != nil {
+		v, err = h.memory.take(c.Context(), key, &ls, cost)
+	} else {
+		v, err = h.takeStored(c.UserContext(), key, ls, cost)
+	}
 	switch err {
 	case nil:
 		if h.onDecision != nil {
-			h.report(c, key, cost, d, sourceOf(d.source), start)
+			h.report(c, key, cost, &v, sourceOf(v.source), start)
 		}
 	case errFailOpen:
 		if h.onDecision != nil {
-			h.report(c, key, cost, Decision{Allowed: true, Limit: h.quota(r)}, SourceFailOpen, start)
+			h.report(c, key, cost, h.failed(&ls, true), SourceFailOpen, start)
 		}
 		return c.Next()
 	case errFailClosed:
 		if h.onDecision != nil {
-			h.report(c, key, cost, Decision{Limit: h.quota(r), RetryAfter: h.retryClosed}, SourceFailClosed, start)
+			h.report(c, key, cost, h.failed(&ls, false), SourceFailClosed, start)
 		}
 		if h.dryRun {
 			return c.Next()
@@ -185,8 +220,8 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	default:
 		return fmt.Errorf("limiter: rate-limit storage failed: %w", err)
 	}
-	h.headers.write(c, d, key, h.policyWindow(r), h.dryRun)
-	if !d.Allowed {
+	h.headers.write(c, &v, key, &ls, h.dryRun)
+	if !v.allowed() {
 		if h.dryRun {
 			return c.Next() // counted nothing: nothing to refund
 		}
@@ -197,16 +232,48 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	}
 	err = c.Next()
 	if failed := responseStatus(c, err) >= fiber.StatusBadRequest; (failed && h.skipFailed) || (!failed && h.skipSuccessful) {
-		if rerr := h.backend.refund(ctx, key, r, cost, d); rerr != nil && err == nil {
+		var rerr error
+		if h.memory != nil {
+			rerr = h.memory.refund(c.Context(), key, &ls, cost, &v)
+		} else {
+			rerr = h.refundStored(c.UserContext(), key, ls, cost, v)
+		}
+		if rerr != nil && err == nil {
 			err = fmt.Errorf("limiter: rate-limit refund failed: %w", rerr)
 		}
 	}
 	return err
 }
 
-// report calls OnDecision with decision d on key, answered by src, taken
-// since start.
-func (h *handler) report(c *fiber.Ctx, key string, cost int64, d Decision, src DecisionSource, start time.Time) {
+// takeStored and refundStored call the store with copies of the request's
+// limits and verdict, which a call that outlives its deadline may still
+// read.
+func (h *handler) takeStored(ctx context.Context, key string, ls limits, cost int64) (verdict, error) {
+	return h.store.take(ctx, key, &ls, cost)
+}
+
+func (h *handler) refundStored(ctx context.Context, key string, ls limits, cost int64, v verdict) error {
+	return h.store.refund(ctx, key, &ls, cost, &v)
+}
+
+// failed is the verdict that OnDecision sees when the failure policy
+// admitted the request (FailOpen) or rejected it with 503 (FailClosed).
+func (h *handler) failed(ls *limits, admitted bool) *verdict {
+	v := &verdict{n: ls.n}
+	for i := range ls.n {
+		v.each[i] = Decision{Allowed: admitted, Limit: int(quota(h.alg, ls.r[i]))}
+		if !admitted {
+			v.each[i].RetryAfter = h.retryClosed
+		}
+	}
+	return v
+}
+
+// report calls OnDecision with verdict v on key, answered by src, taken
+// since start: the event describes the most restrictive limit.
+func (h *handler) report(c *fiber.Ctx, key string, cost int64, v *verdict, src DecisionSource, start time.Time) {
+	i := v.tightest()
+	d := &v.each[i]
 	h.onDecision(c, DecisionEvent{
 		Key:        key,
 		Allowed:    d.Allowed,
@@ -214,42 +281,13 @@ func (h *handler) report(c *fiber.Ctx, key string, cost int64, d Decision, src D
 		Limit:      d.Limit,
 		Remaining:  d.Remaining,
 		Cost:       int(cost),
-		RetryAfter: d.RetryAfter,
+		RetryAfter: v.retryAfter(),
+		Expiration: time.Duration(h.base.r[i].window) * time.Millisecond,
 		Algorithm:  h.algorithm,
 		Backend:    h.backendName,
 		Source:     src,
 		Latency:    time.Since(start),
 	})
-}
-
-// quota is the Limit of a decision under r: the bucket's capacity for the
-// token bucket, else the limit.
-func (h *handler) quota(r rule) int {
-	if h.alg == algToken {
-		return int(r.burst)
-	}
-	return int(r.limit)
-}
-
-// policyWindow is the w of the IETF RateLimit-Policy for rule r: the
-// window, or for the token bucket the time an empty bucket takes to fill.
-func (h *handler) policyWindow(r rule) time.Duration {
-	ms := r.window
-	if h.alg == algToken && r.burst != r.limit {
-		ms = (r.burst*r.window + r.limit - 1) / r.limit // below 2^63: both products are within maxLimitWindow
-	}
-	return time.Duration(ms) * time.Millisecond
-}
-
-// context is what the backend's calls run under: for a store, the user
-// context (c.UserContext, which handlers may give a deadline); for the
-// in-memory manager, the fasthttp.RequestCtx, whose Time it reads (it does
-// not wait on the context).
-func (h *handler) context(c *fiber.Ctx) context.Context {
-	if h.inMemory {
-		return c.Context()
-	}
-	return c.UserContext()
 }
 
 // responseStatus is the status the client will get: a returned error decides

@@ -22,6 +22,11 @@ import (
 //     so a million keys add nothing to what each GC cycle scans;
 //   - shrinking: a Go map never gives memory back after its keys go.
 //
+// A limiter with several limits keeps the states of all of them in one
+// entry: the first in the entry itself, the others in the shard's more,
+// n-1 states per entry at the entry's index, so that one lookup decides
+// under every limit and a limiter with one limit pays nothing for it.
+//
 // There is no background goroutine. Housekeeping rides on requests: every
 // take looks at a couple of entries at the shard's sweep cursor, and every
 // sweepEvery-th take in a shard also advances the cursor of another shard,
@@ -46,6 +51,7 @@ const (
 
 type manager struct {
 	alg    algorithm
+	more   int          // states per entry besides its own: the limits' count - 1
 	clock  func() int64 // tests only, in ms; nil: the request's time, see now
 	origin time.Time
 	seed   maphash.Seed
@@ -69,22 +75,27 @@ type shard struct {
 	mu      sync.Mutex
 	index   []uint64 // 0 empty, else hash<<32 | entry index + 1
 	entries []entry
+	more    []state // the other limits' states, manager.more per entry
 	arena   []byte
 	dead    int // arena bytes of keys no longer in entries
 	limit   int // most entries this shard holds
 	cursor  int // sweep position in entries
 	expired int // expired entries seen in the current sweep pass
 	takes   uint32
+	stride  int // states in more per entry
 	atCap   int // inserts at the cap since the last compaction there
 	rnd     uint64
 	_       [32]byte // keep shards on separate cache lines
 }
 
-func newManager(alg algorithm, maxKeys int, clock func() int64) *manager {
-	m := &manager{alg: alg, clock: clock, origin: time.Now(), seed: maphash.MakeSeed()}
+// newManager returns a manager deciding with alg under n limits (1 to
+// maxLimits) for at most about maxKeys keys.
+func newManager(alg algorithm, n, maxKeys int, clock func() int64) *manager {
+	m := &manager{alg: alg, more: n - 1, clock: clock, origin: time.Now(), seed: maphash.MakeSeed()}
 	perShard := max(1, (maxKeys+shardCount-1)/shardCount)
 	for i := range m.shards {
 		m.shards[i].limit = perShard
+		m.shards[i].stride = n - 1
 		m.shards[i].rnd = uint64(i)*0x9E3779B97F4A7C15 | 1
 	}
 	return m
@@ -135,30 +146,26 @@ func (m *manager) shardFor(key string) (*shard, uint64) {
 	return &m.shards[h>>(64-shardBits)], h
 }
 
-func (m *manager) take(ctx context.Context, key string, r rule, cost int64) (Decision, error) {
+func (m *manager) take(ctx context.Context, key string, ls *limits, cost int64) (verdict, error) {
 	var buf [sha256.Size]byte
 	k, klen := storedKey(key, &buf)
 	s, h := m.shardFor(k)
 	now := m.now(ctx)
 	s.mu.Lock()
 	i := s.find(k, klen, uint32(h))
-	var st state
+	var sts [maxLimits]state
 	if i >= 0 && s.entries[i].exp > now {
-		e := &s.entries[i]
-		st = state{a: e.a, b: e.b, c: e.c}
+		s.load(i, &sts)
 	}
-	st, d := m.alg.take(st, now, r, cost)
-	if d.Allowed {
+	v := m.alg.decide(&sts, now, ls, cost)
+	if v.allowed() {
 		// A key is only tracked once it has state worth keeping, so requests
 		// that count nothing never take a slot.
-		if exp := m.alg.expiry(st, r); i >= 0 || exp > now {
-			var e *entry
-			if i >= 0 {
-				e = &s.entries[i]
-			} else {
-				e = s.insert(k, klen, uint32(h), now)
+		if exp := m.alg.expiryAll(&sts, ls); i >= 0 || exp > now {
+			if i < 0 {
+				i = s.insert(k, klen, uint32(h), now)
 			}
-			e.a, e.b, e.c, e.exp = st.a, st.b, st.c, exp
+			s.store(i, &sts, exp)
 		}
 	}
 	s.sweep(now, sweepPerTake)
@@ -168,25 +175,41 @@ func (m *manager) take(ctx context.Context, key string, r rule, cost int64) (Dec
 	if rotate {
 		m.sweepAnother(now)
 	}
-	return d, nil
+	return v, nil
 }
 
-func (m *manager) refund(_ context.Context, key string, r rule, cost int64, d Decision) error {
+func (m *manager) refund(_ context.Context, key string, ls *limits, cost int64, v *verdict) error {
 	var buf [sha256.Size]byte
 	k, klen := storedKey(key, &buf)
 	s, h := m.shardFor(k)
 	now := m.current() // when the request ends, not when it began
 	s.mu.Lock()
-	if i := s.find(k, klen, uint32(h)); i >= 0 {
-		e := &s.entries[i]
-		if e.exp > now {
-			st := m.alg.refund(state{a: e.a, b: e.b, c: e.c}, now, r, cost, d)
-			e.a, e.b, e.c = st.a, st.b, st.c
-			e.exp = m.alg.expiry(st, r)
-		}
+	if i := s.find(k, klen, uint32(h)); i >= 0 && s.entries[i].exp > now {
+		var sts [maxLimits]state
+		s.load(i, &sts)
+		m.alg.refundAll(&sts, now, ls, cost, v)
+		s.store(i, &sts, m.alg.expiryAll(&sts, ls))
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// load reads the states of entry i.
+func (s *shard) load(i int, sts *[maxLimits]state) {
+	e := &s.entries[i]
+	sts[0] = state{a: e.a, b: e.b, c: e.c}
+	if s.stride > 0 {
+		copy(sts[1:], s.more[i*s.stride:(i+1)*s.stride])
+	}
+}
+
+// store writes the states of entry i, which hold nothing from exp on.
+func (s *shard) store(i int, sts *[maxLimits]state, exp int64) {
+	e := &s.entries[i]
+	e.a, e.b, e.c, e.exp = sts[0].a, sts[0].b, sts[0].c, exp
+	if s.stride > 0 {
+		copy(s.more[i*s.stride:(i+1)*s.stride], sts[1:])
+	}
 }
 
 // sweepAnother advances the sweep of the next shard in rotation, if nobody
@@ -235,7 +258,7 @@ func (s *shard) find(key string, klen, hash uint32) int {
 // slot of a victim (sampling prefers expired entries, whose exp is lowest),
 // and compacts the shard at most once per limit/capCompact such inserts, so a
 // flood of new keys at the cap costs O(1) a key, not a scan of the shard.
-func (s *shard) insert(key string, klen, hash uint32, now int64) *entry {
+func (s *shard) insert(key string, klen, hash uint32, now int64) int {
 	if len(s.entries) >= s.limit {
 		if s.atCap++; s.atCap >= max(16, s.limit/capCompact) {
 			s.atCap = 0
@@ -253,8 +276,11 @@ func (s *shard) insert(key string, klen, hash uint32, now int64) *entry {
 	}
 	off := s.appendKey(key)
 	s.entries = append(s.entries, entry{off: off, klen: klen, hash: hash})
+	for range s.stride {
+		s.more = append(s.more, state{})
+	}
 	s.place(hash, uint32(len(s.entries)))
-	return &s.entries[len(s.entries)-1]
+	return len(s.entries) - 1
 }
 
 func (s *shard) appendKey(key string) uint32 {
@@ -290,16 +316,17 @@ func (s *shard) victim() int {
 }
 
 // replace gives entry i to a new key, in the index too.
-func (s *shard) replace(i int, key string, klen, hash uint32) *entry {
+func (s *shard) replace(i int, key string, klen, hash uint32) int {
 	e := &s.entries[i]
 	s.unplace(e.hash, uint32(i+1))
 	s.dead += int(e.klen &^ digestFlag)
 	*e = entry{off: s.appendKey(key), klen: klen, hash: hash}
+	clear(s.more[i*s.stride : (i+1)*s.stride])
 	s.place(hash, uint32(i+1))
 	if s.dead > 4096 && s.dead > len(s.arena)/2 {
 		s.rebuild(len(s.index))
 	}
-	return &s.entries[i]
+	return i
 }
 
 // unplace removes ref from the index, shifting later slots of the same
@@ -344,15 +371,20 @@ func (s *shard) sweep(now int64, n int) {
 // rest; memory is reallocated when the old arrays are far too large.
 func (s *shard) compact(now int64) {
 	live := s.entries[:0] // filtered in place: writes never pass reads
-	for _, e := range s.entries {
+	more := s.more[:0]
+	for i, e := range s.entries {
 		if e.exp > now {
 			live = append(live, e)
+			more = append(more, s.more[i*s.stride:(i+1)*s.stride]...)
 		}
 	}
 	if cap(live) > 4*len(live)+64 {
 		live = append(make([]entry, 0, len(live)+len(live)/8), live...)
+		if s.stride > 0 {
+			more = append(make([]state, 0, cap(live)*s.stride), more...)
+		}
 	}
-	s.entries = live
+	s.entries, s.more = live, more
 	s.cursor, s.expired = 0, 0
 	size := minIndex
 	if n := len(live) * 4 / 3; n >= minIndex {

@@ -40,7 +40,7 @@ func TestManagerMatchesReferenceModel(t *testing.T) {
 		t.Run(alg.name(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			var clock testClock
-			m := newManager(alg, 1<<20, clock.millis)
+			m := newManager(alg, 1, 1<<20, clock.millis)
 			ref := map[string]state{}
 			r := rule{limit: 5, burst: 5, window: 10_000 * ms}
 			for i := range 200_000 {
@@ -56,7 +56,7 @@ func TestManagerMatchesReferenceModel(t *testing.T) {
 				if want.Allowed {
 					ref[key] = st2
 				}
-				got, err := m.take(context.Background(), key, r, cost)
+				got, err := takeRule(m, context.Background(), key, r, cost)
 				require.NoError(t, err)
 				require.Equal(t, want, got, "step %d key %s", i, key)
 			}
@@ -67,16 +67,16 @@ func TestManagerMatchesReferenceModel(t *testing.T) {
 
 func TestManagerReclaimsExpiredKeys(t *testing.T) {
 	var clock testClock
-	m := newManager(algFixed, 1<<20, clock.millis)
+	m := newManager(algFixed, 1, 1<<20, clock.millis)
 	r := rule{limit: 10, burst: 10, window: minute}
 	for i := range 20_000 {
-		_, _ = m.take(context.Background(), "key-"+strconv.Itoa(i), r, 1)
+		_, _ = takeRule(m, context.Background(), "key-"+strconv.Itoa(i), r, 1)
 	}
 	require.Equal(t, 20_000, m.len())
 	clock.advance(2 * time.Minute)
 	// Traffic on one key sweeps every shard in rotation.
 	for range 20_000 {
-		_, _ = m.take(context.Background(), "hot", r, 0)
+		_, _ = takeRule(m, context.Background(), "hot", r, 0)
 	}
 	require.LessOrEqual(t, m.len(), 200, "expired keys must be reclaimed by traffic on any key")
 	var arena, entries int
@@ -92,10 +92,10 @@ func TestManagerReclaimsExpiredKeys(t *testing.T) {
 func TestManagerCapBoundsKeys(t *testing.T) {
 	var clock testClock
 	const maxKeys = 4 * shardCount
-	m := newManager(algToken, maxKeys, clock.millis)
+	m := newManager(algToken, 1, maxKeys, clock.millis)
 	r := rule{limit: 1, burst: 1, window: minute}
 	for i := range 50_000 {
-		d, err := m.take(context.Background(), "flood-"+strconv.Itoa(i), r, 1)
+		d, err := takeRule(m, context.Background(), "flood-"+strconv.Itoa(i), r, 1)
 		require.NoError(t, err)
 		require.True(t, d.Allowed, "a new key starts with a full quota")
 	}
@@ -105,7 +105,7 @@ func TestManagerCapBoundsKeys(t *testing.T) {
 	s := &m.shards[0]
 	e := s.entries[0]
 	key := string(s.arena[e.off : e.off+e.klen])
-	d, _ := m.take(context.Background(), key, r, 1)
+	d, _ := takeRule(m, context.Background(), key, r, 1)
 	require.False(t, d.Allowed, "tracked key %q lost its state", key)
 }
 
@@ -117,11 +117,11 @@ func TestManagerHostileKeys(t *testing.T) {
 		long, long[:len(long)-1] + "y", string(make([]byte, 32)),
 	}
 	var clock testClock
-	m := newManager(algFixed, 1<<20, clock.millis)
+	m := newManager(algFixed, 1, 1<<20, clock.millis)
 	r := rule{limit: 2, burst: 2, window: minute}
 	for round := range 3 {
 		for _, k := range keys {
-			d, err := m.take(context.Background(), k, r, 1)
+			d, err := takeRule(m, context.Background(), k, r, 1)
 			require.NoError(t, err)
 			require.Equal(t, round < 2, d.Allowed, "key %.20q round %d", k, round)
 			require.Equal(t, max(0, 1-round), d.Remaining, "key %.20q round %d", k, round)
@@ -133,14 +133,14 @@ func TestManagerHostileKeys(t *testing.T) {
 
 func TestManagerRefundAfterExpiryIsIgnored(t *testing.T) {
 	var clock testClock
-	m := newManager(algFixed, 1<<20, clock.millis)
+	m := newManager(algFixed, 1, 1<<20, clock.millis)
 	r := rule{limit: 1, burst: 1, window: minute}
-	d, _ := m.take(context.Background(), "k", r, 1)
+	d, _ := takeRule(m, context.Background(), "k", r, 1)
 	clock.advance(2 * time.Minute)
-	d2, _ := m.take(context.Background(), "k", r, 1)
+	d2, _ := takeRule(m, context.Background(), "k", r, 1)
 	require.True(t, d2.Allowed)
-	require.NoError(t, m.refund(context.Background(), "k", r, 1, d))
-	d3, _ := m.take(context.Background(), "k", r, 1)
+	require.NoError(t, refundRule(m, context.Background(), "k", r, 1, d))
+	d3, _ := takeRule(m, context.Background(), "k", r, 1)
 	require.False(t, d3.Allowed, "a refund for an old window must not credit the new one")
 }
 
@@ -148,16 +148,16 @@ func TestManagerRefundAfterExpiryIsIgnored(t *testing.T) {
 // and then, not once per new key (which would scan the shard every time).
 func TestManagerCapDoesNotCompactPerKey(t *testing.T) {
 	var clock testClock
-	m := newManager(algFixed, 64*shardCount, clock.millis)
+	m := newManager(algFixed, 1, 64*shardCount, clock.millis)
 	r := rule{limit: 10, burst: 10, window: minute}
 	for i := range 20_000 { // fills every shard to its cap of 64
-		_, _ = m.take(context.Background(), "fill-"+strconv.Itoa(i), r, 1)
+		_, _ = takeRule(m, context.Background(), "fill-"+strconv.Itoa(i), r, 1)
 	}
 	rebuilds := 0
 	observeRebuild = func(time.Duration) { rebuilds++ }
 	defer func() { observeRebuild = nil }()
 	for i := range 10_000 {
-		_, _ = m.take(context.Background(), "new-"+strconv.Itoa(i), r, 1)
+		_, _ = takeRule(m, context.Background(), "new-"+strconv.Itoa(i), r, 1)
 	}
 	require.LessOrEqual(t, rebuilds, 10_000/16+shardCount, "compactions at the cap")
 	require.LessOrEqual(t, m.len(), 64*shardCount)
@@ -168,11 +168,11 @@ func TestManagerCapDoesNotCompactPerKey(t *testing.T) {
 // entry behind.
 func TestManagerTracksOnlyKeysWithState(t *testing.T) {
 	var clock testClock
-	m := newManager(algFixed, 1<<20, clock.millis)
+	m := newManager(algFixed, 1, 1<<20, clock.millis)
 	r := rule{limit: 1, burst: 1, window: minute}
 	for i := range 1000 {
-		_, _ = m.take(context.Background(), "free-"+strconv.Itoa(i), r, 0)
-		_, _ = m.take(context.Background(), "huge-"+strconv.Itoa(i), r, 5)
+		_, _ = takeRule(m, context.Background(), "free-"+strconv.Itoa(i), r, 0)
+		_, _ = takeRule(m, context.Background(), "huge-"+strconv.Itoa(i), r, 5)
 	}
 	require.Zero(t, m.len())
 }

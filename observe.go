@@ -17,15 +17,20 @@ type DecisionEvent struct {
 	// DryRun is Config.DryRun.
 	DryRun bool
 	// Limit is the quota decided against: Max (or MaxFunc's result) for the
-	// windows, the bucket's Burst for TokenBucket.
+	// windows, the bucket's Burst for TokenBucket. With several Limits,
+	// Limit, Remaining and Expiration describe the most restrictive one, as
+	// the X-RateLimit headers do.
 	Limit int
 	// Remaining is how many requests of cost 1 would still be admitted
 	// right now. It is 0 when Source is SourceFailOpen or SourceFailClosed.
 	Remaining int
+	// Expiration is the window of the limit that Limit describes.
+	Expiration time.Duration
 	// Cost is the request's cost (Config.Cost, 1 by default).
 	Cost int
 	// RetryAfter is zero for an admitted request; for a rejected one, the
-	// time until the same request would be admitted, or InfDuration.
+	// time until the same request would be admitted (by every limit), or
+	// InfDuration.
 	RetryAfter time.Duration
 	// Algorithm is "fixed_window", "sliding_window" or "token_bucket".
 	Algorithm string

@@ -107,7 +107,7 @@ func TestDryRunFailClosedLetsThrough(t *testing.T) {
 // Redis (then its deny cache), and while Storage fails, FailFallback's
 // limiter, FailOpen and FailClosed.
 func TestOnDecisionEvents(t *testing.T) {
-	base := DecisionEvent{Key: "k", Cost: 1, Limit: 2, Algorithm: "sliding_window"}
+	base := DecisionEvent{Key: "k", Cost: 1, Limit: 2, Expiration: 10 * time.Second, Algorithm: "sliding_window"}
 	event := func(allowed bool, remaining int, retry time.Duration, backend string, src DecisionSource) DecisionEvent {
 		e := base
 		e.Allowed, e.Remaining, e.RetryAfter, e.Backend, e.Source = allowed, remaining, retry, backend, src

@@ -16,11 +16,12 @@ type redisConn interface {
 }
 
 // redisBackend decides in Redis, atomically for every process that shares
-// the keys: one script call per decision and per refund.
+// the keys: one script call per decision and per refund, for all the
+// limits of a key at once.
 type redisBackend struct {
 	store  *redis.Store
 	alg    redis.Algorithm
-	prefix string // KeyPrefix + the algorithm's tag + ":"
+	prefix string // the limiter's identity, see keyPrefix
 }
 
 func newRedisBackend(storage redisConn, alg algorithm, prefix string, clock func() int64) *redisBackend {
@@ -33,7 +34,7 @@ func newRedisBackend(storage redisConn, alg algorithm, prefix string, clock func
 		store = redis.New(storage.Conn(), opts...)
 	}
 	algs := [...]redis.Algorithm{algFixed: redis.FixedWindow, algSliding: redis.SlidingWindow, algToken: redis.TokenBucket}
-	return &redisBackend{store: store, alg: algs[alg], prefix: prefix + alg.name() + ":"}
+	return &redisBackend{store: store, alg: algs[alg], prefix: prefix}
 }
 
 // honorsContext reports whether client returns by a context's deadline: a
@@ -56,29 +57,42 @@ func (b *redisBackend) probe(ctx context.Context) error {
 	return b.store.Conn().Ping(ctx).Err()
 }
 
-func (b *redisBackend) rule(r rule) redis.Rule {
-	return redis.Rule{Algorithm: b.alg, Limit: r.limit, Burst: r.burst, Window: time.Duration(r.window) * time.Millisecond}
+// rules converts ls to the store's rules.
+func (b *redisBackend) rules(ls *limits, into *[maxLimits]redis.Rule) []redis.Rule {
+	for i, r := range ls.r[:ls.n] {
+		into[i] = redis.Rule{Algorithm: b.alg, Limit: r.limit, Burst: r.burst, Window: time.Duration(r.window) * time.Millisecond}
+	}
+	return into[:ls.n]
 }
 
-func (b *redisBackend) take(ctx context.Context, key string, r rule, cost int64) (Decision, error) {
-	res, err := b.store.Take(ctx, b.prefix+key, b.rule(r), cost)
-	if err != nil {
-		return Decision{}, err
+func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost int64) (verdict, error) {
+	var rules [maxLimits]redis.Rule
+	var results [maxLimits]redis.Result
+	if _, err := b.store.TakeAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
+		return verdict{}, err
 	}
-	d := Decision{
-		Allowed:    res.Allowed,
-		Limit:      int(res.Limit),
-		Remaining:  int(res.Remaining),
-		ResetAfter: res.ResetAfter,
-		RetryAfter: res.RetryAfter,
-		countedIn:  res.CountedIn,
+	v := verdict{n: ls.n}
+	for i, res := range results[:ls.n] {
+		v.each[i] = Decision{
+			Allowed:    res.Allowed,
+			Limit:      int(res.Limit),
+			Remaining:  int(res.Remaining),
+			ResetAfter: res.ResetAfter,
+			RetryAfter: res.RetryAfter,
+			countedIn:  res.CountedIn,
+		}
+		if res.RetryAfter == redis.Never {
+			v.each[i].RetryAfter = InfDuration
+		}
 	}
-	if res.RetryAfter == redis.Never {
-		d.RetryAfter = InfDuration
-	}
-	return d, nil
+	return v, nil
 }
 
-func (b *redisBackend) refund(ctx context.Context, key string, r rule, cost int64, d Decision) error {
-	return b.store.Refund(ctx, b.prefix+key, b.rule(r), cost, d.countedIn)
+func (b *redisBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) error {
+	var rules [maxLimits]redis.Rule
+	var results [maxLimits]redis.Result
+	for i := range ls.n {
+		results[i].CountedIn = v.each[i].countedIn
+	}
+	return b.store.RefundAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n])
 }

@@ -165,7 +165,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 		t.Run(alg.name(), func(t *testing.T) {
 			var clock testClock
 			clock.advance(time.Duration(rand.Int64N(int64(time.Hour))))
-			mem := newManager(alg, 1<<20, clock.millis)
+			mem := newManager(alg, 1, 1<<20, clock.millis)
 			red := newRedisBackend(redis.New(server.Client(t)), alg, "diff:", clock.millis)
 			rng := rand.New(rand.NewPCG(3, uint64(alg)))
 			last := map[string]Decision{}
@@ -185,14 +185,14 @@ func TestRedisMatchesMemory(t *testing.T) {
 				}
 				cost := int64(rng.IntN(4))
 				if d, ok := last[key]; ok && rng.IntN(5) == 0 {
-					require.NoError(t, mem.refund(ctx, key, r, 1, d))
-					require.NoError(t, red.refund(ctx, key, r, 1, d))
+					require.NoError(t, refundRule(mem, ctx, key, r, 1, d))
+					require.NoError(t, refundRule(red, ctx, key, r, 1, d))
 					delete(last, key)
 					continue
 				}
-				want, err := mem.take(ctx, key, r, cost)
+				want, err := takeRule(mem, ctx, key, r, cost)
 				require.NoError(t, err)
-				got, err := red.take(ctx, key, r, cost)
+				got, err := takeRule(red, ctx, key, r, cost)
 				require.NoError(t, err)
 				require.Equal(t, want, got, "step %d key %s cost %d", i, key, cost)
 				if want.Allowed && cost > 0 {
@@ -273,17 +273,18 @@ func TestRedisKeysHaveTTL(t *testing.T) {
 		{TokenBucket{}, 10 * time.Second},   // a full refill
 	}
 	for _, l := range limits {
+		// Two limiters named alike share their state on purpose.
 		app := newApp(Config{Max: 5, Expiration: 10 * time.Second, Storage: redis.New(client), LimiterMiddleware: l.mw,
-			KeyGenerator: headerKey, SkipSuccessfulRequests: true}, nil, nil)
+			KeyGenerator: headerKey, SkipSuccessfulRequests: true, Name: "ttl"}, nil, nil)
 		for i := range 50 {
 			get(t, app, "/", "k"+strconv.Itoa(i%7))
 		}
 		app = newApp(Config{Max: 5, Expiration: 10 * time.Second, Storage: redis.New(client), LimiterMiddleware: l.mw,
-			KeyGenerator: headerKey}, nil, nil)
+			KeyGenerator: headerKey, Name: "ttl"}, nil, nil)
 		for i := range 50 {
 			get(t, app, "/", "k"+strconv.Itoa(i%7))
 		}
-		keys, err := client.Keys(context.Background(), "limiter:"+map[string]string{"FixedWindow": "fw", "SlidingWindow": "sw", "TokenBucket": "tb"}[fiberName(l.mw)]+":*").Result()
+		keys, err := client.Keys(context.Background(), "limiter:ttl:"+map[string]string{"FixedWindow": "fw", "SlidingWindow": "sw", "TokenBucket": "tb"}[fiberName(l.mw)]+":*").Result()
 		require.NoError(t, err)
 		require.Len(t, keys, 7)
 		for _, k := range keys {

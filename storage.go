@@ -17,7 +17,7 @@ import (
 type storageBackend struct {
 	store  fiber.Storage
 	alg    algorithm
-	prefix string // KeyPrefix + the algorithm's tag + ":"
+	prefix string // the limiter's identity, see keyPrefix
 	clock  func() int64
 	seed   maphash.Seed
 	// locks are striped by key, so unrelated keys do not wait. Each is a
@@ -26,32 +26,35 @@ type storageBackend struct {
 	locks [64]chan struct{}
 }
 
-// stateVersion leads every stored value, so a later layout can be told apart.
+// stateVersion leads every stored value, so a later layout can be told
+// apart; the time the value expires follows, then each limit's state.
 const (
-	stateVersion = 1
-	stateSize    = 1 + 8 + 8 + 4 + 8
+	stateVersion   = 2
+	stateHeadSize  = 1 + 8
+	stateLimitSize = 8 + 8 + 4
 )
 
 func newStorageBackend(store fiber.Storage, alg algorithm, prefix string, clock func() int64) *storageBackend {
-	b := &storageBackend{store: store, alg: alg, prefix: prefix + alg.name() + ":", clock: clock, seed: maphash.MakeSeed()}
+	b := &storageBackend{store: store, alg: alg, prefix: prefix, clock: clock, seed: maphash.MakeSeed()}
 	for i := range b.locks {
 		b.locks[i] = make(chan struct{}, 1)
 	}
 	return b
 }
 
-func (b *storageBackend) take(ctx context.Context, key string, r rule, cost int64) (Decision, error) {
-	var d Decision
-	err := b.modify(ctx, key, r, func(s state, now int64) (state, bool) {
-		s, d = b.alg.take(s, now, r, cost)
-		return s, d.Allowed
+func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost int64) (verdict, error) {
+	var v verdict
+	err := b.modify(ctx, key, ls, func(sts *[maxLimits]state, now int64) bool {
+		v = b.alg.decide(sts, now, ls, cost)
+		return v.allowed()
 	})
-	return d, err
+	return v, err
 }
 
-func (b *storageBackend) refund(ctx context.Context, key string, r rule, cost int64, d Decision) error {
-	return b.modify(ctx, key, r, func(s state, now int64) (state, bool) {
-		return b.alg.refund(s, now, r, cost, d), true
+func (b *storageBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) error {
+	return b.modify(ctx, key, ls, func(sts *[maxLimits]state, now int64) bool {
+		b.alg.refundAll(sts, now, ls, cost, v)
+		return true
 	})
 }
 
@@ -61,11 +64,11 @@ func (b *storageBackend) probe(context.Context) error {
 	return err
 }
 
-// modify runs step on the key's state under the key's lock and writes the
-// state back when step reports a change. It gives up when ctx ends while it
-// waits for the lock, and does not write once ctx has ended: the caller has
-// answered the request without this decision by then.
-func (b *storageBackend) modify(ctx context.Context, key string, r rule, step func(s state, now int64) (state, bool)) error {
+// modify runs step on the states of the key's limits under the key's lock
+// and writes them back when step reports a change. It gives up when ctx
+// ends while it waits for the lock, and does not write once ctx has ended:
+// the caller has answered the request without this decision by then.
+func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, step func(sts *[maxLimits]state, now int64) bool) error {
 	skey := b.prefix + key
 	lock := b.locks[maphash.String(b.seed, skey)%uint64(len(b.locks))]
 	select {
@@ -82,12 +85,12 @@ func (b *storageBackend) modify(ctx context.Context, key string, r rule, step fu
 		return fmt.Errorf("limiter: storage: %w", err)
 	}
 	now := b.clock()
-	s := decodeState(raw, now)
-	s, changed := step(s, now)
-	if !changed {
+	var sts [maxLimits]state
+	decodeStates(raw, now, ls.n, &sts)
+	if !step(&sts, now) {
 		return nil
 	}
-	exp := b.alg.expiry(s, r)
+	exp := b.alg.expiryAll(&sts, ls)
 	if exp <= now {
 		if err := b.store.Delete(skey); err != nil {
 			return fmt.Errorf("limiter: storage delete: %w", err)
@@ -98,33 +101,41 @@ func (b *storageBackend) modify(ctx context.Context, key string, r rule, step fu
 	// seconds, rounding down). The state carries its own times, so keeping it
 	// up to a second longer than needed changes nothing; losing it early would.
 	ttl := time.Duration(ceilSeconds(millis(exp-now))+1) * time.Second
-	if err := b.store.Set(skey, encodeState(s, exp), ttl); err != nil {
+	if err := b.store.Set(skey, encodeStates(&sts, ls.n, exp), ttl); err != nil {
 		return fmt.Errorf("limiter: storage set: %w", err)
 	}
 	return nil
 }
 
-// encodeState lays out a state with the time it expires: from then on it is
-// empty, as the in-memory manager and the Redis scripts hold too.
-func encodeState(s state, exp int64) []byte {
-	buf := make([]byte, stateSize)
+// encodeStates lays out the states of n limits with the time they expire:
+// from then on they are empty, as the in-memory manager and the Redis
+// scripts hold too.
+func encodeStates(sts *[maxLimits]state, n int, exp int64) []byte {
+	buf := make([]byte, stateHeadSize+n*stateLimitSize)
 	buf[0] = stateVersion
-	binary.BigEndian.PutUint64(buf[1:], uint64(s.a))
-	binary.BigEndian.PutUint64(buf[9:], uint64(s.b))
-	binary.BigEndian.PutUint32(buf[17:], s.c)
-	binary.BigEndian.PutUint64(buf[21:], uint64(exp))
+	binary.BigEndian.PutUint64(buf[1:], uint64(exp))
+	for i, s := range sts[:n] {
+		p := buf[stateHeadSize+i*stateLimitSize:]
+		binary.BigEndian.PutUint64(p, uint64(s.a))
+		binary.BigEndian.PutUint64(p[8:], uint64(s.b))
+		binary.BigEndian.PutUint32(p[16:], s.c)
+	}
 	return buf
 }
 
-// decodeState reads what encodeState wrote as it stands at now; anything
-// else (nothing stored, another layout, an expired state) is a fresh state.
-func decodeState(raw []byte, now int64) state {
-	if len(raw) != stateSize || raw[0] != stateVersion || int64(binary.BigEndian.Uint64(raw[21:])) <= now {
-		return state{}
+// decodeStates reads what encodeStates wrote for n limits as it stands at
+// now into sts; anything else (nothing stored, another layout or count of
+// limits, an expired value) leaves sts fresh.
+func decodeStates(raw []byte, now int64, n int, sts *[maxLimits]state) {
+	if len(raw) != stateHeadSize+n*stateLimitSize || raw[0] != stateVersion || int64(binary.BigEndian.Uint64(raw[1:])) <= now {
+		return
 	}
-	return state{
-		a: int64(binary.BigEndian.Uint64(raw[1:])),
-		b: int64(binary.BigEndian.Uint64(raw[9:])),
-		c: binary.BigEndian.Uint32(raw[17:]),
+	for i := range n {
+		p := raw[stateHeadSize+i*stateLimitSize:]
+		sts[i] = state{
+			a: int64(binary.BigEndian.Uint64(p)),
+			b: int64(binary.BigEndian.Uint64(p[8:])),
+			c: binary.BigEndian.Uint32(p[16:]),
+		}
 	}
 }

@@ -49,9 +49,9 @@ func TestFiberStorageBackend(t *testing.T) {
 		wantKey string
 		wantTTL time.Duration // the state's life rounded up, plus a second
 	}{
-		{FixedWindow{}, "limiter:fw:0.0.0.0", 11 * time.Second},
-		{SlidingWindow{}, "limiter:sw:0.0.0.0", 21 * time.Second},
-		{TokenBucket{}, "limiter:tb:0.0.0.0", 11 * time.Second},
+		{FixedWindow{}, "limiter::fw:10s:0.0.0.0", 11 * time.Second},
+		{SlidingWindow{}, "limiter::sw:10s:0.0.0.0", 21 * time.Second},
+		{TokenBucket{}, "limiter::tb:10s:0.0.0.0", 11 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(fiberName(tt.mw), func(t *testing.T) {

@@ -49,7 +49,7 @@ type remoteBackend interface {
 // else tells what the error is: a fiber.Storage's error, say.
 const quickAnswer = 2 * time.Millisecond
 
-func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg Config, alg algorithm) *guardedStore {
+func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg Config, alg algorithm, n int) *guardedStore {
 	g := &guardedStore{
 		store:      store,
 		ctxTimeout: ctxTimeout,
@@ -61,10 +61,10 @@ func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg Config, alg algor
 		origin:     time.Now(),
 	}
 	if !cfg.DisableDenyCache {
-		g.deny = newDenyCache(cfg.DenyCacheKeys)
+		g.deny = newDenyCache(cfg.DenyCacheKeys, n)
 	}
 	if cfg.FailurePolicy == FailFallback {
-		g.fallback = newManager(alg, cfg.MaxKeys, cfg.clock)
+		g.fallback = newManager(alg, n, cfg.MaxKeys, cfg.clock)
 	}
 	return g
 }
@@ -76,35 +76,35 @@ func (g *guardedStore) now() int64 {
 	return int64(time.Since(g.origin) / time.Millisecond)
 }
 
-func (g *guardedStore) take(ctx context.Context, key string, r rule, cost int64) (Decision, error) {
+func (g *guardedStore) take(ctx context.Context, key string, ls *limits, cost int64) (verdict, error) {
 	now := g.now()
 	var gen uint64
 	if g.deny != nil {
-		d, ok, g0 := g.deny.check(key, now, r, cost)
+		v, ok, g0 := g.deny.check(key, now, ls, cost)
 		if ok {
-			return d, nil
+			return v, nil
 		}
 		gen = g0
 	}
 	if !g.admitCall(now) {
-		return g.unavailable(ctx, key, r, cost)
+		return g.unavailable(ctx, key, ls, cost)
 	}
-	d, err := call(ctx, g, key, "", false, func(ctx context.Context, key string) (Decision, error) {
-		return g.store.take(ctx, key, r, cost)
+	v, err := call(ctx, g, key, "", false, func(ctx context.Context, key string) (verdict, error) {
+		return g.store.take(ctx, key, ls, cost)
 	})
 	if err != nil {
-		return g.unavailable(ctx, key, r, cost)
+		return g.unavailable(ctx, key, ls, cost)
 	}
-	if g.deny != nil && !d.Allowed {
-		g.deny.add(key, now, r, cost, d, gen)
+	if g.deny != nil && !v.allowed() {
+		g.deny.add(key, now, ls, cost, &v, gen)
 	}
-	return d, nil
+	return v, nil
 }
 
-func (g *guardedStore) refund(ctx context.Context, key string, r rule, cost int64, d Decision) error {
-	switch d.source {
+func (g *guardedStore) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) error {
+	switch v.source {
 	case fromFallback:
-		return g.fallback.refund(ctx, key, r, cost, d)
+		return g.fallback.refund(ctx, key, ls, cost, v)
 	case fromDenyCache:
 		return nil // nothing was counted
 	}
@@ -118,7 +118,7 @@ func (g *guardedStore) refund(ctx context.Context, key string, r rule, cost int6
 		return nil // the store is not answering: the credit is lost
 	}
 	_, _ = call(ctx, g, key, "refund", false, func(ctx context.Context, key string) (struct{}, error) {
-		return struct{}{}, g.store.refund(ctx, key, r, cost, d)
+		return struct{}{}, g.store.refund(ctx, key, ls, cost, v)
 	})
 	return nil // a failure is reported, and the credit lost
 }
@@ -194,16 +194,16 @@ func unreachable(err error, took time.Duration) bool {
 }
 
 // unavailable is the failure policy's answer.
-func (g *guardedStore) unavailable(ctx context.Context, key string, r rule, cost int64) (Decision, error) {
+func (g *guardedStore) unavailable(ctx context.Context, key string, ls *limits, cost int64) (verdict, error) {
 	switch g.policy {
 	case FailOpen:
-		return Decision{}, errFailOpen
+		return verdict{}, errFailOpen
 	case FailClosed:
-		return Decision{}, errFailClosed
+		return verdict{}, errFailClosed
 	}
-	d, err := g.fallback.take(ctx, key, r, cost)
-	d.source = fromFallback
-	return d, err
+	v, err := g.fallback.take(ctx, key, ls, cost)
+	v.source = fromFallback
+	return v, err
 }
 
 // within runs call on the store with g.timeout, under ctx's values but not

@@ -4,9 +4,9 @@ import "bytes"
 
 // exhaustedMembers returns the largest t among the members of a RateLimit
 // field (an RFC 9651 List of Items with parameters) whose r is 0, leaving
-// out a member named self (an RFC 9651 String with its quotes). It reads
+// out members named in self (RFC 9651 Strings with their quotes). It reads
 // the list as far as it is well formed and no further.
-func exhaustedMembers(field, self []byte) int64 {
+func exhaustedMembers(field []byte, self [][]byte) int64 {
 	var wait int64
 	p := sfParser{b: field}
 	for p.skipSpace(); !p.done(); {
@@ -34,7 +34,7 @@ func exhaustedMembers(field, self []byte) int64 {
 				t = v
 			}
 		}
-		if r == 0 && !bytes.Equal(name, self) {
+		if r == 0 && !isOneOf(name, self) {
 			wait = max(wait, t)
 		}
 		p.skipSpace()
@@ -132,4 +132,14 @@ func parseSeconds(b []byte) (int64, bool) {
 		n = n*10 + int64(c-'0')
 	}
 	return n, true
+}
+
+// isOneOf reports whether name is one of names.
+func isOneOf(name []byte, names [][]byte) bool {
+	for _, n := range names {
+		if bytes.Equal(name, n) {
+			return true
+		}
+	}
+	return false
 }

@@ -36,8 +36,11 @@ func newApp(cfg appConfig) *fiber.App {
 		return c.Next()
 	})
 
-	// A fixed window of 5 requests per 10 seconds for each client IP.
+	// A fixed window of 5 requests per 10 seconds for each client IP. Each
+	// limiter has a Name of its own, so that their states in a shared
+	// Storage never mix.
 	app.Get("/", cfg.limit(limiter.Config{
+		Name:       "root",
 		Max:        5,
 		Expiration: 10 * time.Second,
 	}), func(c *fiber.Ctx) error {
@@ -48,6 +51,7 @@ func newApp(cfg appConfig) *fiber.App {
 	// routes share this one handler: it holds 6 tokens and refills 1 per
 	// second. Cost runs inside the matched route, so c.Route().Path names it.
 	apiLimit := cfg.limit(limiter.Config{
+		Name:              "api",
 		Max:               1,
 		Expiration:        time.Second,
 		Burst:             6,

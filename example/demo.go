@@ -19,6 +19,9 @@ const demoKey = "demo"
 // ends during a demo.
 const demoWindow = time.Hour
 
+// demoName is the /demo limiter's Name, its identity in Storage.
+const demoName = "demo"
+
 // demoConfig is the limit of GET /demo: Limit requests per demoWindow, with
 // the named algorithm.
 type demoConfig struct {
@@ -64,6 +67,7 @@ func (d demoConfig) validate() error {
 // config is the limiter configuration of /demo, before storage.
 func (d demoConfig) config() limiter.Config {
 	return limiter.Config{
+		Name:              demoName,
 		Max:               d.Limit,
 		Expiration:        demoWindow,
 		LimiterMiddleware: demoAlgorithms[d.Algorithm].handler,
@@ -80,7 +84,8 @@ func (d demoConfig) describe() string {
 }
 
 // redisKey is the Redis key /demo's state is kept under: the limiter's
-// default KeyPrefix, the algorithm's tag and demoKey.
+// default KeyPrefix, its identity (its Name, the algorithm's tag and the
+// window) and demoKey.
 func (d demoConfig) redisKey() string {
-	return limiter.ConfigDefault.KeyPrefix + demoAlgorithms[d.Algorithm].tag + ":" + demoKey
+	return limiter.ConfigDefault.KeyPrefix + demoName + ":" + demoAlgorithms[d.Algorithm].tag + ":1h:" + demoKey
 }

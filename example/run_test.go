@@ -69,7 +69,7 @@ func TestStartupOnRedis(t *testing.T) {
 	assert.Contains(t, out, "Limits are kept in Redis at "+server.Addr()+" db 2, shared by the 3 replicas, each with its own client:\ntogether they admit 50 on /demo, not 50 each.")
 	assert.Contains(t, out, "GET /demo           sliding window: 50 requests per hour")
 	assert.Contains(t, out, "go run ./example/loadgen -n 60 -targets ")
-	assert.Contains(t, out, "redis-cli -h 127.0.0.1 -p "+strconv.Itoa(server.Port)+" -n 2 DEL limiter:sw:demo")
+	assert.Contains(t, out, "redis-cli -h 127.0.0.1 -p "+strconv.Itoa(server.Port)+" -n 2 DEL limiter:demo:sw:1h:demo")
 	assert.NotContains(t, out, "in memory")
 }
 

@@ -2,15 +2,16 @@
 -- and the units counted in it (4 bytes; a limit is below 2^32).
 fmt = '<I6I4'
 local start, count = 0, 0
-if #stored == 10 then
-  start, count = struct.unpack(fmt, stored)
+if #stored == 10 * n then
+  start, count = struct.unpack(fmt, stored, 10 * i - 9)
 end
 if refund then
   if count > 0 and start == counted_in and now < start + window then
-    a, b, exp = start, math.max(0, count - cost), 0
-    if b > 0 then
-      exp = start + window
-    end
+    count = math.max(0, count - cost)
+  end
+  a, b, exp = start, count, 0
+  if count > 0 then
+    exp = start + window
   end
 else
   if count > 0 and now < start then
@@ -24,9 +25,7 @@ else
   elseif count + cost <= limit then
     count = count + cost
     allowed, counted = 1, start
-    if count > 0 then
-      a, b, exp = start, count, start + window
-    end
+    a, b, exp = start, count, start + window
   else
     retry = start + window - now
   end

@@ -1,21 +1,24 @@
--- The head of every script: the arguments, the time and the key's value.
--- An algorithm's body follows, then tail.lua. The scripts are flat (few
--- functions): Redis runs a script's whole chunk on every call, so each local
--- function is a closure made anew each time, which costs more than the
--- arithmetic.
+-- The head of every script: the arguments, the time and the key's value,
+-- then the loops over the limits that an algorithm's body runs in, which
+-- tail.lua closes before it writes the states back and answers. The scripts
+-- are flat (few functions): Redis runs a script's whole chunk on every
+-- call, so each local function is a closure made anew each time, which
+-- costs more than the arithmetic.
 --
--- KEYS[1]: the one key of the limited key (so Redis Cluster never sees
--- CROSSSLOT). ARGV[1]: the request, packed by the Go side in one string so
--- that it is one argument to pass and one C call to read (little-endian):
--- flags (1 byte: 1 = refund, 2 = use the server's TIME), limit and burst
--- (4 bytes each), window (7), cost (5), now (6) and counted_in (7). Times
--- are integers in milliseconds (Redis 6 and later replicate a script's
--- writes, not the script, so TIME is safe to use). Numbers are Lua doubles:
--- every integer the scripts form stays below 2^53, where doubles are exact
--- (the Go side checks limit * window <= 2^51).
+-- KEYS[1]: the one key that holds the states of every limit of a limited
+-- key, so that one decision reads and writes one key (and Redis Cluster
+-- never sees CROSSSLOT). ARGV[1]: the request, packed by the Go side in one
+-- string so that it is one argument to pass and one C call to read
+-- (little-endian): flags (1 byte: 1 = refund, 2 = use the server's TIME),
+-- cost (5 bytes) and now (6), then for each limit its limit and burst (4
+-- bytes each), window (7) and counted_in (7). Times are integers in
+-- milliseconds (Redis 6 and later replicate a script's writes, not the
+-- script, so TIME is safe to use). Numbers are Lua doubles: every integer
+-- the scripts form stays below 2^53, where doubles are exact (the Go side
+-- checks limit * window <= 2^51).
 local key = KEYS[1]
-local flags, limit, burst, window, cost, now, counted_in =
-  struct.unpack('<BI4I4I7I5I6I7', ARGV[1])
+local flags, request_cost, request_now = struct.unpack('<BI5I6', ARGV[1])
+local n = (#ARGV[1] - 12) / 22
 local refund = flags % 2 == 1
 
 -- idiv is floor(a / b) for integers a >= 0 and b > 0, corrected for the
@@ -32,20 +35,35 @@ end
 
 if flags >= 2 then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  request_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The key's stored state, decoded by the body: integers packed with the
--- struct library (little-endian, a millisecond timestamp in 6 bytes), so a
--- value stays within the 12 bytes Redis keeps inline with its object, and
--- packing and unpacking are one C call each. A value of an unexpected length
--- reads as no state.
+-- The key's value: the states of the limits one after the other, each
+-- packed with the struct library (little-endian, a millisecond timestamp in
+-- 6 bytes) in its algorithm's layout, so that packing and unpacking are one
+-- C call each. A value of an unexpected length reads as no state.
 local stored = redis.call('GET', key) or ''
 
--- The body sets exp to write the state back, packed by the struct format
--- fmt from a, b, c, with a TTL until exp, or to remove the key when exp is
--- not in the future; nil leaves the key as it is. A take's answer is
--- allowed (0 or 1), remaining, reset and retry (ms; retry < 0 means never)
--- and counted (where an admitted cost was counted, for a refund).
-local a, b, c, fmt, exp = 0, 0, 0, nil, nil
-local allowed, remaining, reset, retry, counted = 0, 0, 0, 0, 0
+-- A take is decided in one pass over the limits, with its cost. When a limit
+-- rejects it, nothing is counted anywhere, and a second pass decides the
+-- limits that would have admitted it again at cost 0, so that their answers
+-- describe their state as it stands (the twin of decide in limits.go).
+local parts, answers, admits = {}, {}, {}
+local admitted, never, exp_all = 1, 0, 0
+for pass = 1, 2 do
+  for i = 1, n do
+    if pass == 1 or admits[i] then
+      local limit, burst, window, counted_in =
+        struct.unpack('<I4I4I7I7', ARGV[1], 22 * i - 9)
+      local cost, now = request_cost, request_now
+      if pass == 2 then
+        cost = 0
+      end
+      -- The body reads limit i's state from stored and sets a, b, c, fmt
+      -- and exp: the state to keep, packed by the struct format fmt, which
+      -- holds nothing from exp on (a take sets them when it admits, a
+      -- refund always). A take's answer is allowed (0 or 1), remaining,
+      -- reset and retry (ms; retry < 0 means never) and counted (where an
+      -- admitted cost was counted, for a refund).
+      local a, b, c, fmt, exp = 0, 0, 0, nil, nil
+      local allowed, remaining, reset, retry, counted = 0, 0, 0, 0, 0

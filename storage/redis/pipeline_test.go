@@ -230,12 +230,12 @@ func TestRingShardChangesKeepOneBatcherPerAddress(t *testing.T) {
 // testTakeArg is the packed argument of a take of cost 1 under Limit 1000
 // per hour, on the server's clock.
 func testTakeArg() string {
-	var arg [argSize]byte
+	var arg [argHeadSize + argRuleSize]byte
 	arg[0] = argServerTime
-	binary.LittleEndian.PutUint32(arg[1:], 1000)
-	binary.LittleEndian.PutUint32(arg[5:], 1000)
-	putUint(arg[9:16], uint64(time.Hour/time.Millisecond))
-	putUint(arg[16:21], 1)
+	putUint(arg[1:6], 1)
+	binary.LittleEndian.PutUint32(arg[12:], 1000)
+	binary.LittleEndian.PutUint32(arg[16:], 1000)
+	putUint(arg[20:27], uint64(time.Hour/time.Millisecond))
 	return string(arg[:])
 }
 

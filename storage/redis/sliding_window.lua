@@ -1,23 +1,27 @@
 -- Sliding window, the twin of sliding_window.go. State: the current
 -- window's start (6 bytes), its count and the previous window's count (3
--- bytes each while both are below 2^24, else 4). The estimate times the
--- window is prev * (window - elapsed) + cur * window.
+-- bytes each while both are below 2^24 and the key has one limit, else 4).
+-- The estimate times the window is prev * (window - elapsed) + cur * window.
 local start, cur, prev = 0, 0, 0
-if #stored == 12 then
+if n > 1 then
+  if #stored == 14 * n then
+    start, cur, prev = struct.unpack('<I6I4I4', stored, 14 * i - 13)
+  end
+elseif #stored == 12 then
   start, cur, prev = struct.unpack('<I6I3I3', stored)
 elseif #stored == 14 then
   start, cur, prev = struct.unpack('<I6I4I4', stored)
 end
 if now >= start then -- time never goes back for a key
   if now >= start + window then
-    local n = idiv(now - start, window)
-    if n == 1 then
+    local k = idiv(now - start, window)
+    if k == 1 then
       prev = cur
     else
       prev = 0
     end
     cur = 0
-    start = start + n * window
+    start = start + k * window
   end
   if cur == 0 and prev == 0 then
     start = now
@@ -25,21 +29,16 @@ if now >= start then -- time never goes back for a key
 end
 
 if refund then
-  local credited = true
   if counted_in == start then
     cur = math.max(0, cur - cost)
   elseif counted_in == start - window then
     prev = math.max(0, prev - cost)
-  else
-    credited = false
   end
-  if credited then
-    a, b, c, exp = start, cur, prev, 0
-    if cur > 0 then
-      exp = start + 2 * window
-    elseif prev > 0 then
-      exp = start + window
-    end
+  a, b, c, exp = start, cur, prev, 0
+  if cur > 0 then
+    exp = start + 2 * window
+  elseif prev > 0 then
+    exp = start + window
   end
 else
   if now < start then
@@ -52,10 +51,11 @@ else
   elseif cost == 0 or weighted + (cur + cost) * window <= limit * window then
     cur = cur + cost
     allowed, counted = 1, start
+    a, b, c, exp = start, cur, prev, 0
     if cur > 0 then
-      a, b, c, exp = start, cur, prev, start + 2 * window
+      exp = start + 2 * window
     elseif prev > 0 then
-      a, b, c, exp = start, cur, prev, start + window
+      exp = start + window
     end
   else
     -- Still in this window: need prev * (window - elapsed - t) <= room.
@@ -81,8 +81,8 @@ else
   remaining = math.min(limit, math.max(0, limit - cur - idiv(weighted + window - 1, window)))
 end
 
-if exp and math.max(b, c) >= 16777216 then
-  fmt = '<I6I4I4'
-else
+if n == 1 and math.max(b, c) < 16777216 then
   fmt = '<I6I3I3'
+else
+  fmt = '<I6I4I4'
 end

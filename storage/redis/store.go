@@ -133,15 +133,19 @@ func (s *Store) Conn() redis.UniversalClient { return s.client }
 // doubles are exact.
 const maxExact = 1 << 51
 
+// MaxRules is the most rules TakeAll and RefundAll decide together.
+const MaxRules = 7
+
 // Flags of a request (argFlags) and of an answer (resFlags), and the sizes
 // of their packed forms; head.lua and tail.lua hold the layouts.
 const (
 	argRefund     = 1
 	argServerTime = 2
 	resAllowed    = 1
-	resNever      = 2
-	argSize       = 1 + 4 + 4 + 7 + 5 + 6 + 7
-	resSize       = 1 + 4 + 7 + 7 + 7
+	argHeadSize   = 1 + 5 + 6
+	argRuleSize   = 4 + 4 + 7 + 7
+	resHeadSize   = 1
+	resRuleSize   = 4 + 7 + 7 + 7
 )
 
 // The largest values the packed forms hold: 2^56-1 (7 bytes), 2^48-1 (6).
@@ -150,67 +154,93 @@ const (
 	max6 = 1<<48 - 1
 )
 
-// run calls the rule's script for key: a take, or with argRefund a refund,
-// in one round trip. The request goes as one packed argument and a take's
-// answer comes back as one packed string, so that neither side converts
-// numbers to text and back. It returns the answer of a take.
-func (s *Store) run(ctx context.Context, key string, rule Rule, cost int64, flags byte, countedIn int64) (string, error) {
-	if rule.Algorithm < FixedWindow || rule.Algorithm > TokenBucket {
-		return "", fmt.Errorf("limiter: redis: unknown algorithm %d", rule.Algorithm)
+// run calls the rules' script for key: a take, or with argRefund a refund
+// in the windows that counted names, in one round trip. The request goes as
+// one packed argument and a take's answer comes back as one packed string,
+// so that neither side converts numbers to text and back. It returns the
+// answer of a take.
+func (s *Store) run(ctx context.Context, key string, rules []Rule, cost int64, flags byte, counted []Result) (string, error) {
+	mode := "take"
+	if flags&argRefund != 0 {
+		mode = "refund"
 	}
-	burst := rule.capacity()
-	window := int64(rule.Window / time.Millisecond) // rounded up, without overflow
-	if rule.Window%time.Millisecond != 0 {
-		window++
+	if len(rules) == 0 || len(rules) > MaxRules {
+		return "", fmt.Errorf("limiter: redis %s: %d rules; give 1 to %d", mode, len(rules), MaxRules)
 	}
-	quota := max(rule.Limit, burst)
-	switch {
-	case rule.Limit <= 0 || rule.Window < time.Millisecond:
-		return "", fmt.Errorf("limiter: redis: rule needs Limit > 0 and Window >= 1ms, got %d per %v", rule.Limit, rule.Window)
-	case quota > math.MaxUint32 || quota > maxExact/window:
-		return "", fmt.Errorf("limiter: redis: limit %d per %v is too large: it must be below 2^32, and limit × window in ms at most 2^51", quota, rule.Window)
-	case cost < 0:
-		return "", fmt.Errorf("limiter: redis: cost %d is negative", cost)
+	if cost < 0 {
+		return "", fmt.Errorf("limiter: redis %s: cost %d is negative", mode, cost)
 	}
-	// A cost above the quota is never admitted, and a refund of it credits
-	// everything: the scripts decide the same for quota+1, which fits.
-	cost = min(cost, quota+1)
+	alg := rules[0].Algorithm
+	var arg [argHeadSize + MaxRules*argRuleSize]byte
+	most := int64(0) // the largest quota of the rules
+	for i, rule := range rules {
+		window, err := rule.check(alg)
+		if err != nil {
+			return "", fmt.Errorf("limiter: redis %s: %w", mode, err)
+		}
+		most = max(most, rule.Limit, rule.capacity())
+		countedIn := int64(0)
+		if counted != nil {
+			// A countedIn outside what a script can have returned matches
+			// nothing and credits as much as any later time.
+			countedIn = min(max(0, counted[i].CountedIn), max7)
+		}
+		p := arg[argHeadSize+i*argRuleSize:]
+		binary.LittleEndian.PutUint32(p, uint32(rule.Limit))
+		binary.LittleEndian.PutUint32(p[4:], uint32(rule.capacity()))
+		putUint(p[8:15], uint64(window))
+		putUint(p[15:22], uint64(countedIn))
+	}
+	// A cost above a rule's quota is never admitted under it, and a refund
+	// of it credits everything: the scripts decide the same for the
+	// largest quota + 1, which fits.
+	cost = min(cost, most+1)
 	now := int64(0)
 	if s.clock == nil {
 		flags |= argServerTime
 	} else {
 		now = min(max(0, s.clock().UnixMilli()), max6)
 	}
-	// A countedIn outside what a script can have returned matches nothing
-	// and credits as much as any later time.
-	countedIn = min(max(0, countedIn), max7)
-
-	var arg [argSize]byte
 	arg[0] = flags
-	binary.LittleEndian.PutUint32(arg[1:], uint32(rule.Limit))
-	binary.LittleEndian.PutUint32(arg[5:], uint32(burst))
-	putUint(arg[9:16], uint64(window))
-	putUint(arg[16:21], uint64(cost))
-	putUint(arg[21:27], uint64(now))
-	putUint(arg[27:34], uint64(countedIn))
+	putUint(arg[1:6], uint64(cost))
+	putUint(arg[6:12], uint64(now))
 
+	packed := arg[:argHeadSize+len(rules)*argRuleSize]
 	var res string
 	var err error
 	if s.pipes != nil {
-		res, err = s.pipes.run(ctx, rule.Algorithm, key, arg[:])
+		res, err = s.pipes.run(ctx, alg, key, packed)
 	} else {
-		res, err = runScript(ctx, s.client, rule.Algorithm, key, string(arg[:])).Result()
+		res, err = runScript(ctx, s.client, alg, key, string(packed)).Result()
 	}
 	if err != nil {
-		mode := "take"
-		if flags&argRefund != 0 {
-			mode = "refund"
-		}
 		// The key is left out: it may be a client's token, and it may be
 		// large.
 		return "", fmt.Errorf("limiter: redis %s: %w", mode, err)
 	}
 	return res, nil
+}
+
+// check validates a rule of a call whose rules are all of alg, and returns
+// its window in whole ms (rounded up).
+func (r Rule) check(alg Algorithm) (int64, error) {
+	if r.Algorithm < FixedWindow || r.Algorithm > TokenBucket {
+		return 0, fmt.Errorf("unknown algorithm %d", r.Algorithm)
+	}
+	if r.Algorithm != alg {
+		return 0, fmt.Errorf("rules of algorithms %d and %d in one call; give rules of one algorithm", alg, r.Algorithm)
+	}
+	if r.Limit <= 0 || r.Window < time.Millisecond || r.Burst < 0 {
+		return 0, fmt.Errorf("rule needs Limit > 0, Burst >= 0 and Window >= 1ms, got %d (burst %d) per %v", r.Limit, r.Burst, r.Window)
+	}
+	window := int64(r.Window / time.Millisecond) // rounded up, without overflow
+	if r.Window%time.Millisecond != 0 {
+		window++
+	}
+	if quota := max(r.Limit, r.capacity()); quota > math.MaxUint32 || quota > maxExact/window {
+		return 0, fmt.Errorf("limit %d per %v is too large: it must be below 2^32, and limit × window in ms at most 2^51", quota, r.Window)
+	}
+	return window, nil
 }
 
 // runScript calls alg's script for key with arg in one round trip: EVALSHA,
@@ -252,33 +282,67 @@ func getUint(b string) int64 {
 // Take decides a request of cost units for key under rule, and counts it if
 // it is admitted, in one round trip.
 func (s *Store) Take(ctx context.Context, key string, rule Rule, cost int64) (Result, error) {
-	res, err := s.run(ctx, key, rule, cost, 0, 0)
+	var res [1]Result
+	_, err := s.TakeAll(ctx, key, []Rule{rule}, cost, res[:])
+	return res[0], err
+}
+
+// TakeAll decides a request of cost units for key under every rule at once
+// (say 10 per second and 1000 per hour), in one round trip: it is admitted
+// when each rule admits it, and then counted under each; a request that
+// any rule rejects is counted under none. The states of all the rules live
+// in one Redis key, so the rules of a key must be the same, in the same
+// order, on every call. results[i] gets rule i's part: Allowed as the
+// whole decision, its Limit, Remaining and ResetAfter, and RetryAfter, the
+// time until rule i would admit the request (0 when it would now). The
+// request can be admitted again after the longest RetryAfter. All rules
+// are of one Algorithm; give 1 to MaxRules of them, and results at least
+// as long.
+func (s *Store) TakeAll(ctx context.Context, key string, rules []Rule, cost int64, results []Result) (bool, error) {
+	if len(results) < len(rules) {
+		return false, fmt.Errorf("limiter: redis take: %d results for %d rules", len(results), len(rules))
+	}
+	res, err := s.run(ctx, key, rules, cost, 0, nil)
 	if err != nil {
-		return Result{}, err
+		return false, err
 	}
-	if len(res) != resSize {
-		return Result{}, fmt.Errorf("limiter: redis take: script returned %d bytes, want %d", len(res), resSize)
+	if len(res) != resHeadSize+len(rules)*resRuleSize {
+		return false, fmt.Errorf("limiter: redis take: script returned %d bytes, want %d", len(res), resHeadSize+len(rules)*resRuleSize)
 	}
-	limit := rule.capacity()
-	r := Result{
-		Allowed:    res[0]&resAllowed != 0,
-		Limit:      limit,
-		Remaining:  getUint(res[1:5]),
-		ResetAfter: span(getUint(res[5:12])),
-		RetryAfter: span(getUint(res[12:19])),
-		CountedIn:  getUint(res[19:26]),
+	allowed := res[0]&resAllowed != 0
+	for i, rule := range rules {
+		p := res[resHeadSize+i*resRuleSize:]
+		results[i] = Result{
+			Allowed:    allowed,
+			Limit:      rule.capacity(),
+			Remaining:  getUint(p[0:4]),
+			ResetAfter: span(getUint(p[4:11])),
+			RetryAfter: span(getUint(p[11:18])),
+			CountedIn:  getUint(p[18:25]),
+		}
+		if res[0]&(2<<i) != 0 {
+			results[i].RetryAfter = Never
+		}
 	}
-	if res[0]&resNever != 0 {
-		r.RetryAfter = Never
-	}
-	return r, nil
+	return allowed, nil
 }
 
 // Refund credits cost units of an admitted request back to key, in the
 // window that countedIn (from its Result) names, if that window still
 // counts. One round trip.
 func (s *Store) Refund(ctx context.Context, key string, rule Rule, cost int64, countedIn int64) error {
-	_, err := s.run(ctx, key, rule, cost, argRefund, countedIn)
+	_, err := s.run(ctx, key, []Rule{rule}, cost, argRefund, []Result{{CountedIn: countedIn}})
+	return err
+}
+
+// RefundAll credits cost units of a request that TakeAll admitted back to
+// key under every rule, each in the window its result names, if that
+// window still counts. One round trip; rules as given to TakeAll.
+func (s *Store) RefundAll(ctx context.Context, key string, rules []Rule, cost int64, results []Result) error {
+	if len(results) < len(rules) {
+		return fmt.Errorf("limiter: redis refund: %d results for %d rules", len(results), len(rules))
+	}
+	_, err := s.run(ctx, key, rules, cost, argRefund, results)
 	return err
 }
 

@@ -400,8 +400,9 @@ func TestTTLAndStoredValue(t *testing.T) {
 		{
 			name:  "sliding, only the previous window counts",
 			rule:  Rule{Algorithm: SlidingWindow, Limit: 5, Window: w},
-			takes: []take{{at: 0, cost: 2}, {at: 12345 * time.Millisecond, cost: 0}},
-			// Window [10s, 20s), cur 0, prev 2: needed until 20s.
+			takes: []take{{at: 0, cost: 3}, {at: 12345 * time.Millisecond, cost: 1, refund: true, counted: ms(0)}},
+			// Window [10s, 20s), cur 0, prev 3 less the refund's 1: needed
+			// until 20s.
 			state: [3]int64{ms(w), 0, 2},
 			pttl:  7655 * time.Millisecond,
 		},

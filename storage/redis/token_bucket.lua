@@ -1,11 +1,16 @@
 -- Token bucket as a GCRA in integers, the twin of token_bucket.go. State:
 -- the time of the last update (6 bytes) and the bucket's debt in units of
 -- 1/window token (a token is `window` units; the bucket refills `limit`
--- units a ms), in 5 bytes while below 2^40, else 7. (Each algorithm's
--- values have lengths of their own: 10 bytes for the fixed window, 11 or 13
--- for the bucket, 12 or 14 for the sliding window.)
+-- units a ms), in 5 bytes while below 2^40 and the key has one limit, else
+-- 7. (Each algorithm's values have lengths of their own: 10 bytes a limit
+-- for the fixed window, 11 or 13 for the bucket, 12 or 14 for the sliding
+-- window.)
 local last, debt = 0, 0
-if #stored == 11 then
+if n > 1 then
+  if #stored == 13 * n then
+    last, debt = struct.unpack('<I6I7', stored, 13 * i - 12)
+  end
+elseif #stored == 11 then
   last, debt = struct.unpack('<I6I5', stored)
 elseif #stored == 13 then
   last, debt = struct.unpack('<I6I7', stored)
@@ -48,8 +53,8 @@ else
   reset = idiv(debt + limit - 1, limit)
 end
 
-if exp and b >= 1099511627776 then
-  fmt = '<I6I7'
-else
+if n == 1 and b < 1099511627776 then
   fmt = '<I6I5'
+else
+  fmt = '<I6I7'
 end

@@ -1,0 +1,128 @@
+package limiter
+
+import "time"
+
+// A limiter decides each request under one or more limits (Config.Limits),
+// each a rule of its own over the same key: say 10 per second and 1000 per
+// hour. They are decided as one:
+//
+//   - a request is admitted when every limit admits it, and its cost is then
+//     counted under each;
+//   - a request that any limit rejects is counted under none, so a client
+//     held back by its hourly quota does not spend its per-second one;
+//   - the state of every limit of a key lives in one place (one manager
+//     entry, one Redis key), read and written by one step, so that the
+//     decision is atomic in memory and in Redis alike.
+//
+// A single Max per Expiration is the case of one limit, and costs what it
+// did before there were several: the loops below run once.
+
+// maxLimits is the most limits one limiter decides together.
+const maxLimits = 4
+
+// limits is what a decision is made against: one rule per limit. It is
+// passed by pointer to a value the caller owns (on its stack), so that a
+// per-request change of the rule (MaxFunc) costs no allocation.
+type limits struct {
+	n int
+	r [maxLimits]rule
+}
+
+// one returns the limits of a single rule.
+func one(r rule) limits {
+	ls := limits{n: 1}
+	ls.r[0] = r
+	return ls
+}
+
+// verdict is a decision under every limit of a limiter: each[i] is limit
+// i's part (its Limit, Remaining, ResetAfter and RetryAfter, and where the
+// cost was counted). Every part has the same Allowed: whether the request
+// was admitted and counted. On a rejection, a limit that would have
+// admitted the request has RetryAfter 0 and describes its state as it
+// stands, without the cost.
+type verdict struct {
+	n    int
+	each [maxLimits]Decision
+	// source is what decided: the backend, or, in front of a store, the
+	// deny cache or the fallback limiter.
+	source decisionSource
+}
+
+// allowed reports whether the request was admitted.
+func (v *verdict) allowed() bool { return v.each[0].Allowed }
+
+// retryAfter is when every limit would admit the same request: the longest
+// RetryAfter of the limits (InfDuration when one never will).
+func (v *verdict) retryAfter() time.Duration {
+	retry := v.each[0].RetryAfter
+	for i := 1; i < v.n; i++ {
+		retry = max(retry, v.each[i].RetryAfter)
+	}
+	return retry
+}
+
+// tightest returns the index of the most restrictive limit, the one the
+// X-RateLimit headers and OnDecision describe: the least Remaining, then
+// the longest wait (RetryAfter on a rejection, else ResetAfter).
+func (v *verdict) tightest() int {
+	best := 0
+	for i := 1; i < v.n; i++ {
+		d, b := &v.each[i], &v.each[best]
+		if d.Remaining < b.Remaining ||
+			d.Remaining == b.Remaining && (d.RetryAfter > b.RetryAfter ||
+				d.RetryAfter == b.RetryAfter && d.ResetAfter > b.ResetAfter) {
+			best = i
+		}
+	}
+	return best
+}
+
+// decide applies a to the states of every limit at now for a request of
+// cost. When every limit admits it, sts holds the states with the cost
+// counted; otherwise sts is left as it was, and a limit that alone would
+// have admitted it is decided again at cost 0, so that its part describes
+// the state the request leaves behind. Both backends' twins (the Lua
+// scripts) do the same, pass for pass.
+func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int64) verdict {
+	v := verdict{n: ls.n}
+	if ls.n == 1 {
+		sts[0], v.each[0] = a.take(sts[0], now, ls.r[0], cost)
+		return v
+	}
+	var next [maxLimits]state
+	allowed := true
+	for i := range ls.n {
+		next[i], v.each[i] = a.take(sts[i], now, ls.r[i], cost)
+		allowed = allowed && v.each[i].Allowed
+	}
+	if allowed {
+		copy(sts[:ls.n], next[:ls.n])
+		return v
+	}
+	for i := range ls.n {
+		if v.each[i].Allowed {
+			_, v.each[i] = a.take(sts[i], now, ls.r[i], 0)
+			v.each[i].Allowed, v.each[i].countedIn = false, 0 // nothing was counted
+		}
+	}
+	return v
+}
+
+// refundAll credits cost back to the states of every limit, each in the
+// window its part of v says the cost was counted in.
+func (a algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost int64, v *verdict) {
+	for i := range ls.n {
+		sts[i] = a.refund(sts[i], now, ls.r[i], cost, v.each[i])
+	}
+}
+
+// expiryAll is the time (ms) from which the states of every limit hold
+// nothing: the latest of their expiries.
+func (a algorithm) expiryAll(sts *[maxLimits]state, ls *limits) int64 {
+	exp := int64(0)
+	for i := range ls.n {
+		exp = max(exp, a.expiry(sts[i], ls.r[i]))
+	}
+	return exp
+}

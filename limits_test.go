@@ -1,0 +1,417 @@
+package limiter
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/redistest"
+	"github.com/fiberlimit/limiter/storage/redis"
+	"github.com/gofiber/fiber/v2"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// backendCase is where a test's limiters keep their state: in memory, or
+// on a Redis that the test started, through a client of their own.
+type backendCase struct {
+	name    string
+	storage func(t *testing.T) fiber.Storage // nil: in memory
+}
+
+// limitBackends are the in-memory manager and the Redis store, each test
+// of them with a fresh redis-server.
+func limitBackends() []backendCase {
+	return []backendCase{
+		{"memory", nil},
+		{"redis", func(t *testing.T) fiber.Storage { return redis.New(redistest.Start(t).Client(t)) }},
+	}
+}
+
+func (b backendCase) config(t *testing.T, cfg Config) Config {
+	if b.storage != nil {
+		cfg.Storage = b.storage(t)
+		cfg.FailurePolicy = FailClosed // a Redis failure shows as a 503, never as a local decision
+		cfg.StorageTimeout = 10 * time.Second
+	}
+	return cfg
+}
+
+// stackedApp serves GET /* behind the given limiters in a row, on clock.
+func stackedApp(clock *testClock, cfgs ...Config) *fiber.App {
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	for _, cfg := range cfgs {
+		cfg.clock = clock.millis
+		app.Use(New(cfg))
+	}
+	app.Get("/*", func(c *fiber.Ctx) error { return c.SendString("ok") })
+	return app
+}
+
+// Two limiters in a row, 3 per second in front of 10 per hour, on one
+// Storage: a client sending 5 requests every 1.1 s for 20 s is admitted as
+// often on Redis as in memory, for each algorithm. Each limiter's state is
+// its own: the 1 s limiter never resets the hourly one's count (with a
+// shared key, Redis admitted 36), and the bucket of one is never read in
+// the other's units.
+func TestStackedLimitersKeepTheirOwnState(t *testing.T) {
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			admitted := map[string]int{}
+			for _, b := range limitBackends() {
+				clock := &testClock{}
+				store := b.config(t, Config{}).Storage
+				burst := Config{Max: 3, Expiration: time.Second, Storage: store, LimiterMiddleware: alg.mw, KeyGenerator: headerKey}
+				hourly := Config{Max: 10, Expiration: time.Hour, Storage: store, LimiterMiddleware: alg.mw, KeyGenerator: headerKey}
+				app := stackedApp(clock, burst, hourly)
+				for range 19 { // 19 rounds of 1.1 s: 20.9 s
+					for range 5 {
+						resp := get(t, app, "/", "client")
+						require.Contains(t, []int{200, 429}, resp.StatusCode)
+						if resp.StatusCode == 200 {
+							admitted[b.name]++
+						}
+					}
+					clock.advance(1100 * time.Millisecond)
+				}
+			}
+			assert.Equal(t, admitted["memory"], admitted["redis"], "admitted in memory and on Redis")
+			assert.LessOrEqual(t, admitted["redis"], 10, "the hourly limit holds")
+			assert.GreaterOrEqual(t, admitted["redis"], 9, "and the client gets about its hour's worth")
+		})
+	}
+}
+
+// Per-route limiters on one Redis with default settings: /login 5 per
+// 15 s and /search 100 per second, token buckets keyed by the client IP.
+// A client calling /search once and /login 5 times every 1.1 s gets as
+// many logins on Redis as in memory, within the login rule: a full bucket
+// of 5 and one more every 3 s (it got 52 when the two shared a key).
+func TestPerRouteLimitersOnOneRedis(t *testing.T) {
+	logins := map[string]int{}
+	for _, b := range limitBackends() {
+		clock := &testClock{}
+		store := b.config(t, Config{}).Storage
+		app := fiber.New(fiber.Config{DisableStartupMessage: true})
+		login := New(Config{Max: 5, Expiration: 15 * time.Second, Storage: store, LimiterMiddleware: TokenBucket{}, clock: clock.millis})
+		search := New(Config{Max: 100, Expiration: time.Second, Storage: store, LimiterMiddleware: TokenBucket{}, clock: clock.millis})
+		app.Get("/login", login, func(c *fiber.Ctx) error { return c.SendString("welcome") })
+		app.Get("/search", search, func(c *fiber.Ctx) error { return c.SendString("found") })
+		for range 13 { // 13 rounds of 1.1 s: 14.3 s
+			require.Equal(t, 200, get(t, app, "/search", "").StatusCode)
+			for range 5 {
+				if resp := get(t, app, "/login", ""); resp.StatusCode == 200 {
+					logins[b.name]++
+				}
+			}
+			clock.advance(1100 * time.Millisecond)
+		}
+	}
+	// 5 at once, then one every 3 s over 13.2 s: at 3.3, 6.6, 9.9 and 13.2 s.
+	assert.Equal(t, 9, logins["memory"])
+	assert.Equal(t, logins["memory"], logins["redis"])
+}
+
+// Two limiters of one process with the same algorithm and window on the
+// same Storage would read each other's state: New refuses the second,
+// saying how to separate them. Different windows, different algorithms,
+// different Names, or separate clients (replicas) are accepted, and so are
+// two limiters that ask to share with the same Name.
+func TestIdentityClashes(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	store := redis.New(client)
+	sameClient := redis.New(client) // another Storage over the same client
+	first := New(Config{Max: 5, Expiration: time.Minute, Storage: store})
+	msg := "limiter: another limiter of this process keeps its state in the same Storage under \"limiter::fw:1m:\""
+	for _, tt := range []struct {
+		name  string
+		cfg   Config
+		clash bool
+	}{
+		{"same rule", Config{Max: 5, Expiration: time.Minute, Storage: store}, true},
+		{"another Max", Config{Max: 100, Expiration: time.Minute, Storage: store}, true},
+		{"a Storage over the same client", Config{Max: 5, Expiration: time.Minute, Storage: sameClient}, true},
+		{"another window", Config{Max: 5, Expiration: time.Hour, Storage: store}, false},
+		{"another algorithm", Config{Max: 5, Expiration: time.Minute, Storage: store, LimiterMiddleware: SlidingWindow{}}, false},
+		{"a Name", Config{Max: 5, Expiration: time.Minute, Storage: store, Name: "login"}, false},
+		{"another client", Config{Max: 5, Expiration: time.Minute, Storage: redis.New(redistest.Start(t).Client(t))}, false},
+		{"Limits with the same window", Config{Limits: []Limit{{Max: 5, Expiration: time.Minute}}, Storage: store}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.clash {
+				assert.PanicsWithValue(t, msg+" (the same algorithm and Expiration, and no Name); give each limiter its own Name (Config.Name, say the route: \"login\"), or the same Name to both if they are to share one count",
+					func() { New(tt.cfg) })
+			} else {
+				assert.NotPanics(t, func() { New(tt.cfg) })
+			}
+		})
+	}
+	t.Run("the same Name shares", func(t *testing.T) {
+		a := newApp(Config{Max: 2, Expiration: time.Minute, Storage: store, Name: "shared", KeyGenerator: headerKey}, nil, nil)
+		b := newApp(Config{Max: 2, Expiration: time.Minute, Storage: store, Name: "shared", KeyGenerator: headerKey}, nil, nil)
+		assert.Equal(t, 200, get(t, a, "/", "k").StatusCode)
+		assert.Equal(t, 200, get(t, b, "/", "k").StatusCode)
+		assert.Equal(t, 429, get(t, a, "/", "k").StatusCode, "one count for both")
+	})
+	t.Run("a limiter that is gone frees its identity", func(t *testing.T) {
+		other := redis.New(client)
+		func() { New(Config{Max: 5, Expiration: 2 * time.Minute, Storage: other}) }()
+		assert.NotPanics(t, func() { New(Config{Max: 5, Expiration: 2 * time.Minute, Storage: other}) })
+	})
+	runtime.KeepAlive(first)
+}
+
+// Two routes with the same rule and a Name each keep apart on Redis, as
+// they are in memory.
+func TestNamedLimitersKeepApart(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	store := redis.New(client)
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	for _, route := range []string{"/a", "/b"} {
+		app.Get(route, New(Config{Name: strings.TrimPrefix(route, "/"), Max: 2, Expiration: time.Minute, Storage: store}),
+			func(c *fiber.Ctx) error { return c.SendString("ok") })
+	}
+	for _, route := range []string{"/a", "/a", "/b", "/b"} {
+		assert.Equal(t, 200, get(t, app, route, "").StatusCode, route)
+	}
+	assert.Equal(t, 429, get(t, app, "/a", "").StatusCode)
+	keys, err := client.Keys(context.Background(), "*").Result()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"limiter:a:fw:1m:0.0.0.0", "limiter:b:fw:1m:0.0.0.0"}, keys)
+}
+
+// Limits of 3 per second and 5 per hour, for each algorithm, in memory and
+// on Redis: 3 admitted and 5 rejected at once (rejections consume
+// nothing), 2 s later exactly 2 more, then 429 with the hourly limit's
+// Retry-After. The headers describe the most restrictive limit.
+func TestLimitsPerSecondAndPerHour(t *testing.T) {
+	for _, alg := range algorithms {
+		for _, b := range limitBackends() {
+			t.Run(alg.name+"/"+b.name, func(t *testing.T) {
+				clock := &testClock{}
+				app := newApp(b.config(t, Config{
+					Limits:            []Limit{{Max: 3, Expiration: time.Second}, {Max: 5, Expiration: time.Hour}},
+					LimiterMiddleware: alg.mw,
+					KeyGenerator:      headerKey,
+				}), clock, nil)
+				var statuses []int
+				for i := range 8 {
+					resp := get(t, app, "/", "k")
+					statuses = append(statuses, resp.StatusCode)
+					if i == 7 {
+						// The per-second limit rejects: its window ends in 1 s
+						// (the sliding estimate fits in 1.334 s, and its count
+						// is gone in 2); its bucket has a token in 334 ms.
+						want := map[string]headers{"FixedWindow": {"3", "0", "1", "1"}, "SlidingWindow": {"3", "0", "2", "2"}, "TokenBucket": {"3", "0", "1", "1"}}
+						assert.Equal(t, want[alg.name], headersOf(resp), "the per-second limit rejects")
+					}
+				}
+				assert.Equal(t, []int{200, 200, 200, 429, 429, 429, 429, 429}, statuses)
+				clock.advance(2 * time.Second)
+				for i := range 2 {
+					resp := get(t, app, "/", "k")
+					require.Equal(t, 200, resp.StatusCode, "request %d 2 s on", i)
+					if i == 1 {
+						assert.Equal(t, "5", resp.Header.Get("X-RateLimit-Limit"), "the hourly limit, with none left, is the tightest")
+						assert.Equal(t, "0", resp.Header.Get("X-RateLimit-Remaining"))
+					}
+				}
+				resp := get(t, app, "/", "k")
+				require.Equal(t, 429, resp.StatusCode)
+				retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+				require.NoError(t, err)
+				// The hour's fixed window ends 3598 s on; the sliding estimate
+				// fits 720 s into the next window; the bucket refills a token
+				// in 720 s, less the 2 s of refill since the first three.
+				want := map[string]int{"FixedWindow": 3598, "SlidingWindow": 3598 + 720, "TokenBucket": 718}[alg.name]
+				assert.Equal(t, want, retry, "Retry-After is the hourly limit's")
+				assert.Equal(t, "5", resp.Header.Get("X-RateLimit-Limit"))
+			})
+		}
+	}
+}
+
+// The IETF fields list every limit as a policy of its own, named after
+// its window unless named, with its own r and t; Retry-After is never
+// earlier than any t of an exhausted policy.
+func TestLimitsIETFHeaders(t *testing.T) {
+	for _, b := range limitBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			clock := &testClock{}
+			app := newApp(b.config(t, Config{
+				Limits:       []Limit{{Max: 2, Expiration: 10 * time.Second}, {Max: 3, Expiration: time.Minute, PolicyName: "minute"}},
+				Headers:      HeadersBoth,
+				PolicyName:   "api",
+				KeyGenerator: headerKey,
+			}), clock, nil)
+			resp := get(t, app, "/", "k")
+			assert.Equal(t, `"api-10s";q=2;w=10, "minute";q=3;w=60`, resp.Header.Get("RateLimit-Policy"))
+			assert.Equal(t, `"api-10s";r=1;t=10, "minute";r=2;t=60`, resp.Header.Get("RateLimit"))
+			get(t, app, "/", "k")
+			clock.advance(10 * time.Second)
+			get(t, app, "/", "k") // the minute's third
+			clock.advance(5 * time.Second)
+			resp = get(t, app, "/", "k")
+			require.Equal(t, 429, resp.StatusCode)
+			assert.Equal(t, `"api-10s";r=1;t=5, "minute";r=0;t=45`, resp.Header.Get("RateLimit"))
+			assert.Equal(t, "45", resp.Header.Get("Retry-After"))
+			assert.Equal(t, headers{"3", "0", "45", "45"}, headersOf(resp))
+		})
+	}
+}
+
+// Several limits with the rest of the limiter: a refund (SkipFailedRequests)
+// credits every limit, DryRun counts but never rejects, OnDecision reports
+// the most restrictive limit, and the deny cache replays the same
+// headers without a call to Redis.
+func TestLimitsWithTheRest(t *testing.T) {
+	limits := []Limit{{Max: 2, Expiration: time.Second}, {Max: 4, Expiration: time.Minute}}
+	for _, alg := range algorithms {
+		for _, b := range limitBackends() {
+			t.Run(alg.name+"/"+b.name+"/refunds", func(t *testing.T) {
+				clock := &testClock{}
+				app := newApp(b.config(t, Config{Limits: limits, LimiterMiddleware: alg.mw, KeyGenerator: headerKey, SkipFailedRequests: true}), clock,
+					func(c *fiber.Ctx) error {
+						if c.Query("fail") != "" {
+							return fiber.ErrBadGateway
+						}
+						return c.SendString("ok")
+					})
+				for range 10 {
+					require.Equal(t, http.StatusBadGateway, get(t, app, "/?fail=1", "k").StatusCode, "failures are credited back to both")
+				}
+				assert.Equal(t, 200, get(t, app, "/", "k").StatusCode)
+				assert.Equal(t, 200, get(t, app, "/", "k").StatusCode)
+				assert.Equal(t, 429, get(t, app, "/", "k").StatusCode)
+			})
+			t.Run(alg.name+"/"+b.name+"/dry run and the hook", func(t *testing.T) {
+				clock := &testClock{}
+				var events []DecisionEvent
+				app := newApp(b.config(t, Config{Limits: limits, LimiterMiddleware: alg.mw, KeyGenerator: headerKey, DryRun: true,
+					OnDecision: func(_ *fiber.Ctx, e DecisionEvent) { events = append(events, e) }}), clock, nil)
+				for range 3 {
+					assert.Equal(t, 200, get(t, app, "/", "k").StatusCode)
+				}
+				require.Len(t, events, 3)
+				assert.True(t, events[1].Allowed)
+				assert.Equal(t, DecisionEvent{Key: "k", Allowed: false, DryRun: true, Limit: 2, Remaining: 0, Expiration: time.Second, Cost: 1,
+					RetryAfter: events[2].RetryAfter, Algorithm: algorithmNames[algOf(alg.mw)], Backend: map[bool]string{true: "memory", false: "redis"}[b.storage == nil]},
+					withoutLatency(events[2]))
+				assert.Positive(t, events[2].RetryAfter)
+				assert.LessOrEqual(t, events[2].RetryAfter, 2*time.Second, "the per-second limit's")
+			})
+		}
+	}
+}
+
+// algOf is the algorithm of a LimiterHandler of this package.
+func algOf(mw LimiterHandler) algorithm {
+	switch mw.(type) {
+	case SlidingWindow:
+		return algSliding
+	case TokenBucket:
+		return algToken
+	}
+	return algFixed
+}
+
+func withoutLatency(e DecisionEvent) DecisionEvent {
+	e.Latency = 0
+	return e
+}
+
+// The deny cache keeps every limit's part of a rejection: the same
+// headers as Redis gave, without a call to Redis, until the longest
+// RetryAfter has passed.
+func TestLimitsDenyCache(t *testing.T) {
+	server := redistest.Start(t)
+	client := server.Client(t)
+	admin := server.Client(t)
+	clock := &testClock{}
+	app := newApp(Config{
+		Limits:       []Limit{{Max: 1, Expiration: 10 * time.Second}, {Max: 5, Expiration: time.Minute}},
+		Headers:      HeadersBoth,
+		Storage:      redis.New(client),
+		KeyGenerator: headerKey,
+	}, clock, nil)
+	require.Equal(t, 200, get(t, app, "/", "k").StatusCode)
+	first := get(t, app, "/", "k")
+	require.Equal(t, 429, first.StatusCode)
+	calls := scriptCalls(t, admin)
+	clock.advance(3 * time.Second)
+	again := get(t, app, "/", "k")
+	require.Equal(t, 429, again.StatusCode)
+	assert.Equal(t, calls, scriptCalls(t, admin), "answered by the deny cache")
+	assert.Equal(t, `"default-10s";r=0;t=7, "default-1m";r=4;t=57`, again.Header.Get("RateLimit"))
+	assert.Equal(t, "7", again.Header.Get("Retry-After"))
+	clock.advance(7 * time.Second)
+	assert.Equal(t, 200, get(t, app, "/", "k").StatusCode)
+}
+
+// scriptCalls is how many script calls Redis has run.
+func scriptCalls(t *testing.T, admin *goredis.Client) int {
+	return faultCommandCalls(t, admin, "evalsha") + faultCommandCalls(t, admin, "eval")
+}
+
+// With Redis down, FailFallback's in-memory limiter applies every limit.
+func TestLimitsFallback(t *testing.T) {
+	server := redistest.Start(t)
+	// One dial a call, so that no dial outlives the test.
+	client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), DialerRetries: 1})
+	t.Cleanup(func() { _ = client.Close() })
+	store := redis.New(client)
+	server.Stop()
+	app := newApp(Config{
+		Limits:          []Limit{{Max: 2, Expiration: time.Second}, {Max: 3, Expiration: time.Minute}},
+		Storage:         store,
+		KeyGenerator:    headerKey,
+		StorageTimeout:  50 * time.Millisecond,
+		BreakerFailures: 1,
+	}, &testClock{}, nil)
+	var statuses []int
+	for range 4 {
+		statuses = append(statuses, get(t, app, "/", "k").StatusCode)
+	}
+	assert.Equal(t, []int{200, 200, 429, 429}, statuses)
+}
+
+// Invalid Limits panic at New, naming the field.
+func TestLimitsConfigPanics(t *testing.T) {
+	two := []Limit{{Max: 1, Expiration: time.Second}, {Max: 10, Expiration: time.Hour}}
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"with Max", Config{Limits: two, Max: 10}, "limiter: Limits is set, and so are Max (10) or Expiration (0s); set each limit's Max and Expiration in Limits only"},
+		{"with Expiration", Config{Limits: two, Expiration: time.Hour}, "limiter: Limits is set, and so are Max (0) or Expiration (1h0m0s); set each limit's Max and Expiration in Limits only"},
+		{"with MaxFunc", Config{Limits: two, MaxFunc: func(*fiber.Ctx) int { return 1 }}, "limiter: Limits and MaxFunc are both set; MaxFunc sets the Max of a single limit: use Max and Expiration with it, or Limits without it"},
+		{"with Burst", Config{Limits: two, Burst: 3, LimiterMiddleware: TokenBucket{}}, "limiter: Limits is set, and so is Burst (3); set each limit's Burst in Limits"},
+		{"too many", Config{Limits: []Limit{{1, time.Second, 0, ""}, {1, 2 * time.Second, 0, ""}, {1, 3 * time.Second, 0, ""}, {1, 4 * time.Second, 0, ""}, {1, 5 * time.Second, 0, ""}}}, "limiter: Limits has 5 limits; give at most 4"},
+		{"no Max", Config{Limits: []Limit{{Expiration: time.Second}}}, "limiter: Limits[0].Max is 0; it must be >= 1"},
+		{"no Expiration", Config{Limits: []Limit{{Max: 1, Expiration: time.Second}, {Max: 2}}}, "limiter: Limits[1].Expiration is 0s; it must be at least 1ms"},
+		{"same window", Config{Limits: []Limit{{Max: 1, Expiration: time.Second}, {Max: 2, Expiration: time.Second}}}, "limiter: Limits[0] and Limits[1] have the same Expiration (1s); give each limit its own window"},
+		{"negative Burst", Config{Limits: []Limit{{Max: 1, Expiration: time.Second, Burst: -1}}}, "limiter: Limits[0].Burst is -1; it must be >= 0 (0 means the default)"},
+		{"Burst without the bucket", Config{Limits: []Limit{{Max: 1, Expiration: time.Second}, {Max: 2, Expiration: time.Hour, Burst: 4}}}, "limiter: Limits[1].Burst is 4 but only TokenBucket uses it; remove it or use TokenBucket{}"},
+		{"too large", Config{Limits: []Limit{{Max: 1 << 40, Expiration: time.Second}}}, "limiter: Limits[0].Max is 1099511627776; with Expiration of 1s it must be at most 4294967295 (and below 2^32)"},
+		{"a policy name without IETF", Config{Limits: []Limit{{Max: 1, Expiration: time.Second, PolicyName: "x"}}}, "limiter: Limits[0].PolicyName is set but Headers is XRateLimit; PolicyName and HeaderPartitionKey apply to the IETF headers only (HeadersIETF or HeadersBoth)"},
+		{"the same policy name", Config{Headers: HeadersIETF, Limits: []Limit{{Max: 1, Expiration: time.Second, PolicyName: "x"}, {Max: 2, Expiration: time.Hour, PolicyName: "x"}}}, "limiter: Limits[0] and Limits[1] have the same PolicyName \"x\"; give each limit its own"},
+		{"a colon in Name", Config{Name: "api:v1"}, "limiter: Name \"api:v1\" contains ':'; it must not (it is a part of every key in Storage)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.PanicsWithValue(t, tt.want, func() { New(tt.cfg) })
+		})
+	}
+	// A config copied from ConfigDefault has Max and Expiration set; with
+	// Limits they count as unset.
+	cfg := ConfigDefault
+	cfg.Limits = two
+	app := newApp(cfg, &testClock{}, nil)
+	assert.Equal(t, 200, get(t, app, "/", "").StatusCode)
+	assert.Equal(t, 429, get(t, app, "/", "").StatusCode)
+}
