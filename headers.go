@@ -69,7 +69,7 @@ type headerWriter struct {
 	alg        algorithm
 	n          int               // limits
 	names      [maxLimits][]byte // the limits' policy names as RFC 9651 Strings, quotes included
-	limit      []byte            // X-RateLimit-Limit's value when it never changes (one limit, no MaxFunc)
+	limits     [maxLimits][]byte // each limit's X-RateLimit-Limit when it never changes (no MaxFunc)
 	policy     []byte            // RateLimit-Policy's value when it never changes (no MaxFunc, no pk)
 }
 
@@ -138,8 +138,8 @@ func newHeaderWriter(cfg Config, alg algorithm, ls *limits, constant bool) heade
 		}
 	}
 	if constant {
-		if ls.n == 1 {
-			w.limit = strconv.AppendInt(nil, quota(alg, ls.r[0]), 10)
+		for i := range ls.n {
+			w.limits[i] = strconv.AppendInt(nil, quota(alg, ls.r[i]), 10)
 		}
 		if !w.withKey {
 			for i := range ls.n {
@@ -191,9 +191,10 @@ func (w *headerWriter) write(c *fiber.Ctx, v *verdict, key string, ls *limits, d
 		wait = max(1, ceilSeconds(retryAfter), exhaustedInFront(h, self))
 	}
 	if w.xRateLimit {
-		d := &v.each[v.tightest()]
-		if w.limit != nil {
-			h.SetCanonical(headerLimit, w.limit)
+		i := v.tightest()
+		d := &v.each[i]
+		if w.limits[i] != nil {
+			h.SetCanonical(headerLimit, w.limits[i])
 		} else {
 			h.SetCanonical(headerLimit, strconv.AppendInt(buf[:0], int64(d.Limit), 10))
 		}

@@ -48,11 +48,16 @@ local stored = redis.call('GET', key) or ''
 -- rejects it, nothing is counted anywhere, and a second pass decides the
 -- limits that would have admitted it again at cost 0, so that their answers
 -- describe their state as it stands (the twin of decide in limits.go).
-local parts, answers, admits = {}, {}, {}
-local admitted, never, exp_all = 1, 0, 0
+-- value and answer gather each limit's part of the value to write and of
+-- the answer (25 bytes a limit), and admits has bit i set when limit i
+-- admits: strings and a number, no table to make on every call. A second
+-- pass builds its answer in again, keeping the first pass's part of the
+-- limits it does not decide again.
+local value, answer, again = '', '', ''
+local admitted, never, admits, exp_all = 1, 0, 0, 0
 for pass = 1, 2 do
   for i = 1, n do
-    if pass == 1 or admits[i] then
+    if pass == 1 or math.floor(admits / 2 ^ i) % 2 == 1 then
       local limit, burst, window, counted_in =
         struct.unpack('<I4I4I7I7', ARGV[1], 22 * i - 9)
       local cost, now = request_cost, request_now
