@@ -40,9 +40,12 @@ type Config struct {
 	// Optional. Default: nil
 	MaxFunc func(c *fiber.Ctx) int
 
-	// KeyGenerator returns the key a request is counted under.
+	// KeyGenerator returns the key a request is counted under. The default
+	// is the client's address, c.IP(), with an IPv6 client keyed by its
+	// network (see IPv6Prefix): one host owns a whole /64 and could take a
+	// fresh address for every request.
 	//
-	// Default: func(c *fiber.Ctx) string { return c.IP() }
+	// Default: the client address, IPv6 by its /64 network
 	KeyGenerator func(*fiber.Ctx) string
 
 	// Expiration is the length of the window (for TokenBucket, the time in
@@ -97,13 +100,18 @@ type Config struct {
 	// Default: FixedWindow{}
 	LimiterMiddleware LimiterHandler
 
-	// Deprecated: Use Expiration instead. Used when Expiration is zero.
+	// Deprecated: Use Expiration instead. When set, it replaces
+	// Expiration, as in Fiber (Expiration set to another value than
+	// ConfigDefault's as well makes New panic).
 	Duration time.Duration
 
-	// Deprecated: Use Storage instead. Used when Storage is nil.
+	// Deprecated: Use Storage instead. When set, it replaces Storage (a
+	// different Storage set as well makes New panic).
 	Store fiber.Storage
 
-	// Deprecated: Use KeyGenerator instead. Used when KeyGenerator is nil.
+	// Deprecated: Use KeyGenerator instead. When set, it replaces
+	// KeyGenerator, as in Fiber (a KeyGenerator other than ConfigDefault's
+	// set as well makes New panic).
 	Key func(*fiber.Ctx) string
 
 	// Burst is the TokenBucket's capacity: how many tokens a full bucket
@@ -127,6 +135,17 @@ type Config struct {
 	//
 	// Default: "limiter:"
 	KeyPrefix string
+
+	// IPv6Prefix is the length in bits of the network an IPv6 client is
+	// keyed by with the default KeyGenerator: all addresses of one /64 are
+	// one client, so a host cannot walk past the limit by rotating through
+	// its network's addresses. 128 keys each address on its own. IPv4
+	// clients, and IPv4-mapped IPv6 addresses, are keyed by their address.
+	// Must be 0 (the default) to 128. A prefix that is not a multiple of 8
+	// bits, or is 32, costs an allocation per IPv6 request in memory.
+	//
+	// Default: 64
+	IPv6Prefix int
 
 	// Name is the limiter's identity in Storage. A key's state is stored
 	// under KeyPrefix + Name + ":" + the algorithm's tag + ":" + the
@@ -343,7 +362,7 @@ var ConfigDefault = Config{
 	Max:        5,
 	Expiration: 1 * time.Minute,
 	KeyGenerator: func(c *fiber.Ctx) string {
-		return c.IP()
+		return ipKey(c.IP(), defaultIPv6Prefix)
 	},
 	LimitReached: func(c *fiber.Ctx) error {
 		return c.SendStatus(fiber.StatusTooManyRequests)
@@ -365,32 +384,40 @@ func configDefault(config ...Config) Config {
 		return ConfigDefault
 	}
 	cfg := config[0]
-	// The deprecated fields move to their successors and are cleared, so
-	// that applying the defaults again (LimiterHandler.New does) finds
-	// nothing to move.
-	if cfg.Expiration == 0 {
-		cfg.Expiration = cfg.Duration
-	} else if cfg.Duration != 0 && cfg.Duration != cfg.Expiration {
-		panic(fmt.Sprintf("limiter: Duration (deprecated) is %v and Expiration is %v; set only Expiration", cfg.Duration, cfg.Expiration))
+	// The deprecated fields override their successors, as in Fiber, also
+	// in a config copied from ConfigDefault: unless the successor holds
+	// another value of the user's own, which is ambiguous. They are then
+	// cleared, so that applying the defaults again (LimiterHandler.New
+	// does) finds nothing to move.
+	if cfg.Duration != 0 {
+		if cfg.Expiration != 0 && cfg.Expiration != ConfigDefault.Expiration && cfg.Expiration != cfg.Duration {
+			panic(fmt.Sprintf("limiter: Duration (deprecated) is %v and Expiration is %v; set only Expiration", cfg.Duration, cfg.Expiration))
+		}
+		cfg.Expiration, cfg.Duration = cfg.Duration, 0
 	}
-	cfg.Duration = 0
-	if cfg.KeyGenerator == nil {
-		cfg.KeyGenerator = cfg.Key
-	} else if cfg.Key != nil {
-		panic("limiter: Key (deprecated) and KeyGenerator are both set; set only KeyGenerator")
+	if cfg.Key != nil {
+		if cfg.KeyGenerator != nil && !isDefaultKeyGenerator(cfg.KeyGenerator) {
+			panic("limiter: Key (deprecated) and KeyGenerator are both set; set only KeyGenerator")
+		}
+		cfg.KeyGenerator, cfg.Key = cfg.Key, nil
 	}
-	cfg.Key = nil
-	if cfg.Storage == nil {
-		cfg.Storage = cfg.Store
-	} else if cfg.Store != nil {
-		panic("limiter: Store (deprecated) and Storage are both set; set only Storage")
+	if cfg.Store != nil {
+		if cfg.Storage != nil && !sameValue(cfg.Storage, cfg.Store) {
+			panic("limiter: Store (deprecated) and Storage are both set; set only Storage")
+		}
+		cfg.Storage, cfg.Store = cfg.Store, nil
 	}
-	cfg.Store = nil
 	checkNonNegative("Max", cfg.Max)
 	checkNonNegative("Burst", cfg.Burst)
 	checkNonNegative("MaxKeys", cfg.MaxKeys)
 	checkNonNegative("BreakerFailures", cfg.BreakerFailures)
 	checkNonNegative("DenyCacheKeys", cfg.DenyCacheKeys)
+	if cfg.IPv6Prefix < 0 || cfg.IPv6Prefix > 128 {
+		panic(fmt.Sprintf("limiter: IPv6Prefix is %d; it must be 0 (the default, %d) to 128 (each address on its own)", cfg.IPv6Prefix, defaultIPv6Prefix))
+	}
+	if cfg.IPv6Prefix == 0 {
+		cfg.IPv6Prefix = defaultIPv6Prefix
+	}
 	if cfg.DenyCacheKeys > maxDenyCacheKeys {
 		panic(fmt.Sprintf("limiter: DenyCacheKeys is %d; it must be at most %d (it is allocated at New)", cfg.DenyCacheKeys, maxDenyCacheKeys))
 	}
@@ -511,6 +538,13 @@ func checkProduct(field string, v int, window int64) {
 		panic(fmt.Sprintf("limiter: %s is %d; with Expiration of %v it must be at most %d (and below 2^32)",
 			field, v, time.Duration(window)*time.Millisecond, min(maxLimit, maxLimitWindow/window)))
 	}
+}
+
+// sameValue reports whether a and b are the same comparable value (false,
+// rather than a panic, for values Go cannot compare).
+func sameValue(a, b any) bool {
+	t := reflect.TypeOf(a)
+	return t == reflect.TypeOf(b) && t.Comparable() && a == b
 }
 
 func isNilValue(v reflect.Value) bool {

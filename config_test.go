@@ -37,7 +37,7 @@ func TestInvalidConfigPanicsNamingTheField(t *testing.T) {
 		{"unknown FailurePolicy", Config{FailurePolicy: 7}, "limiter: FailurePolicy is 7; it must be FailFallback, FailOpen or FailClosed"},
 		{"Key and KeyGenerator", Config{Key: headerKey, KeyGenerator: headerKey}, "limiter: Key (deprecated) and KeyGenerator are both set"},
 		{"Store and Storage", Config{Store: newMapStorage(), Storage: newMapStorage()}, "limiter: Store (deprecated) and Storage are both set"},
-		{"Duration and Expiration disagree", Config{Duration: time.Second, Expiration: time.Minute}, "limiter: Duration (deprecated) is 1s and Expiration is 1m0s"},
+		{"Duration and Expiration disagree", Config{Duration: time.Second, Expiration: 2 * time.Minute}, "limiter: Duration (deprecated) is 1s and Expiration is 2m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,4 +100,39 @@ func TestConfigsThroughNew(t *testing.T) {
 	require.Equal(t, 200, get(t, app, "/", "a").StatusCode)
 	require.Equal(t, 429, get(t, app, "/", "a").StatusCode)
 	require.Equal(t, 200, get(t, app, "/", "b").StatusCode, "Key keyed the requests")
+}
+
+// A config copied from ConfigDefault with a deprecated field changed works
+// as in Fiber: Duration replaces Expiration, Key replaces KeyGenerator and
+// Store replaces Storage. Only another value of the user's own in the
+// successor as well is ambiguous, and panics.
+func TestDeprecatedFieldsOverrideConfigDefault(t *testing.T) {
+	clock := &testClock{}
+	cfg := ConfigDefault
+	cfg.Max = 1
+	cfg.Duration = 30 * time.Second
+	cfg.Key = headerKey
+	cfg.Store = newMapStorage()
+	app := newApp(cfg, clock, nil)
+	require.Equal(t, 200, get(t, app, "/", "a").StatusCode)
+	require.Equal(t, 429, get(t, app, "/", "a").StatusCode)
+	require.Equal(t, 200, get(t, app, "/", "b").StatusCode, "Key keyed the requests")
+	clock.advance(29 * time.Second)
+	require.Equal(t, 429, get(t, app, "/", "a").StatusCode)
+	clock.advance(time.Second)
+	require.Equal(t, 200, get(t, app, "/", "a").StatusCode, "a window of Duration, 30 s")
+
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"Duration and another Expiration", Config{Duration: time.Second, Expiration: 2 * time.Minute}, "limiter: Duration (deprecated) is 1s and Expiration is 2m0s; set only Expiration"},
+		{"Key and another KeyGenerator", Config{Key: headerKey, KeyGenerator: headerKey}, "limiter: Key (deprecated) and KeyGenerator are both set; set only KeyGenerator"},
+		{"Store and another Storage", Config{Store: newMapStorage(), Storage: newMapStorage()}, "limiter: Store (deprecated) and Storage are both set; set only Storage"},
+	} {
+		assert.PanicsWithValue(t, tt.want, func() { New(tt.cfg) }, tt.name)
+	}
+	same := newMapStorage()
+	assert.NotPanics(t, func() { New(Config{Duration: time.Second, Expiration: time.Second, Store: same, Storage: same}) }, "the same value twice")
 }

@@ -148,7 +148,9 @@ func (a algorithm) name() string {
 // (algorithms, backends, Decision) knows nothing of Fiber.
 type backend interface {
 	take(ctx context.Context, key string, ls *limits, cost int64) (verdict, error)
-	refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) error
+	// refund credits the cost of a request that take admitted with v, and
+	// returns the verdict of the state it leaves (as a take of cost 0).
+	refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) (verdict, error)
 }
 
 // millis converts a span of milliseconds to a Duration: 0 when negative,

@@ -172,11 +172,19 @@ func policyWindow(alg algorithm, r rule) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
+// rejectedBehind is the request's user value that says a limiter behind
+// this one (later in the chain) rejected the request: with 429, or with
+// FailClosed's 503. A limiter in front then leaves that limiter's
+// X-RateLimit fields and Retry-After as they are (see writeAdmitted).
+type rejectedBehind struct{}
+
 // write sets the headers of the mode for v, the decision on key under ls,
 // and Retry-After (whole seconds, at least 1) on a rejection that can
 // succeed later, unless dryRun: the request then goes on as admitted. The
 // X-RateLimit fields describe the most restrictive limit; the IETF fields
-// list each.
+// list each. A rejection's headers are written before LimitReached runs,
+// an admitted request's once the handler has run (writeAdmitted), so that
+// a handler that replaces the response (proxy.Forward) does not lose them.
 func (w *headerWriter) write(c *fiber.Ctx, v *verdict, key string, ls *limits, dryRun bool) {
 	var buf [256]byte // the longest value, RateLimit-Policy with a 100-byte name, fits; pk of a long key may not
 	h := &c.Response().Header
@@ -202,47 +210,78 @@ func (w *headerWriter) write(c *fiber.Ctx, v *verdict, key string, ls *limits, d
 		h.SetCanonical(headerReset, strconv.AppendInt(buf[:0], ceilSeconds(d.ResetAfter), 10))
 	}
 	if w.ietf {
-		if w.policy != nil {
-			w.setMember(h, headerPolicy, w.policy, buf[:0])
-		} else {
-			p := buf[:0]
-			for i := range w.n {
-				if i > 0 {
-					p = append(p, ", "...)
-				}
-				p = w.appendPolicy(p, i, ls.r[i], key)
-			}
-			w.setMember(h, headerPolicy, p, p[len(p):])
-		}
-		p := buf[:0]
-		for i := range w.n {
-			if i > 0 {
-				p = append(p, ", "...)
-			}
-			d := &v.each[i]
-			// t is when more quota is available: for a limit that rejects
-			// the request, when it would admit it, its own Retry-After
-			// (the header may say later, for a limit or a limiter in
-			// front), so that Retry-After is never earlier than t;
-			// otherwise when the quota is fully back.
-			t := ceilSeconds(d.ResetAfter)
-			if d.RetryAfter > 0 && d.RetryAfter != InfDuration {
-				t = max(1, ceilSeconds(d.RetryAfter))
-			}
-			p = append(p, w.names[i]...)
-			p = append(p, ";r="...)
-			p = strconv.AppendInt(p, int64(d.Remaining), 10)
-			p = append(p, ";t="...)
-			p = strconv.AppendInt(p, t, 10)
-			if w.withKey {
-				p = appendPartitionKey(p, key)
-			}
-		}
-		w.setMember(h, headerRateLimit, p, p[len(p):])
+		w.writeIETF(h, v, key, ls, buf[:0], v.allowed() || dryRun)
 	}
 	if retry && !dryRun {
 		h.SetCanonical(headerRetryAfter, strconv.AppendInt(buf[:0], wait, 10))
 	}
+}
+
+// writeAdmitted sets the headers of an admitted request (or one DryRun let
+// through) once the handler has run, so that they describe the state after
+// any refund and survive a handler that replaced the response; they replace
+// any X-RateLimit fields the handler set, as in Fiber. When a limiter behind
+// this one rejected the request, its fields stand: this limiter adds its
+// policies to the IETF lists and, with a limit spent, makes Retry-After no
+// earlier than that limit's quota is back (a retry sooner would be
+// rejected here).
+func (w *headerWriter) writeAdmitted(c *fiber.Ctx, v *verdict, key string, ls *limits, dryRun bool) {
+	if c.Context().UserValue(rejectedBehind{}) == nil {
+		w.write(c, v, key, ls, dryRun)
+		return
+	}
+	var buf [256]byte
+	h := &c.Response().Header
+	if w.ietf {
+		w.writeIETF(h, v, key, ls, buf[:0], true)
+	}
+	if spent := v.spentFor(); spent > 0 && !dryRun {
+		if prev, ok := parseSeconds(h.PeekBytes(headerRetryAfter)); !ok || prev < spent {
+			h.SetCanonical(headerRetryAfter, strconv.AppendInt(buf[:0], spent, 10))
+		}
+	}
+}
+
+// writeIETF sets RateLimit-Policy and RateLimit for v, scratch being spare
+// room for the values; admitted says the request goes on (see setMember).
+func (w *headerWriter) writeIETF(h *fasthttp.ResponseHeader, v *verdict, key string, ls *limits, scratch []byte, admitted bool) {
+	if w.policy != nil {
+		w.setMember(h, headerPolicy, w.policy, scratch, admitted)
+	} else {
+		p := scratch
+		for i := range w.n {
+			if i > 0 {
+				p = append(p, ", "...)
+			}
+			p = w.appendPolicy(p, i, ls.r[i], key)
+		}
+		w.setMember(h, headerPolicy, p, p[len(p):], admitted)
+	}
+	p := scratch
+	for i := range w.n {
+		if i > 0 {
+			p = append(p, ", "...)
+		}
+		d := &v.each[i]
+		// t is when more quota is available: for a limit that rejects the
+		// request, when it would admit it, its own Retry-After (the header
+		// may say later, for a limit or a limiter in front), so that
+		// Retry-After is never earlier than t; otherwise when the quota is
+		// fully back.
+		t := ceilSeconds(d.ResetAfter)
+		if d.RetryAfter > 0 && d.RetryAfter != InfDuration {
+			t = max(1, ceilSeconds(d.RetryAfter))
+		}
+		p = append(p, w.names[i]...)
+		p = append(p, ";r="...)
+		p = strconv.AppendInt(p, int64(d.Remaining), 10)
+		p = append(p, ";t="...)
+		p = strconv.AppendInt(p, t, 10)
+		if w.withKey {
+			p = appendPartitionKey(p, key)
+		}
+	}
+	w.setMember(h, headerRateLimit, p, p[len(p):], admitted)
 }
 
 // exhaustedInFront returns how many seconds a limiter in front of this one
@@ -267,19 +306,28 @@ func exhaustedInFront(h *fasthttp.ResponseHeader, self [][]byte) int64 {
 }
 
 // setMember sets field to members, this limiter's policies, unless the
-// field already lists other policies (another limiter in front of this
-// one, with other names): the members are then added to the list, so that
-// a client sees every policy it is under. A field that starts with this
-// limiter's first policy (as when the same handler runs twice) is
-// replaced. scratch is spare room for the joined value.
-func (w *headerWriter) setMember(h *fasthttp.ResponseHeader, field, members, scratch []byte) {
+// field already lists other policies (of other limiters, with other
+// names): the members are then added to the list, so that a client sees
+// every policy it is under. They go first when the request was admitted:
+// the policies there are those of limiters behind this one, which wrote
+// theirs before (a limiter of another kind in front writes before the
+// handler, and then comes after); last on a rejection, after those of
+// limiters in front. A field that starts with this limiter's first policy
+// (as when the same handler runs twice) is replaced. scratch is spare room
+// for the joined value.
+func (w *headerWriter) setMember(h *fasthttp.ResponseHeader, field, members, scratch []byte, admitted bool) {
 	prev := h.PeekBytes(field)
 	first := w.names[0]
 	if len(prev) == 0 || bytes.HasPrefix(prev, first) && (len(prev) == len(first) || prev[len(first)] == ';') {
 		h.SetCanonical(field, members)
 		return
 	}
-	joined := append(append(append(scratch, prev...), ", "...), members...)
+	var joined []byte
+	if admitted {
+		joined = append(append(append(scratch, members...), ", "...), prev...)
+	} else {
+		joined = append(append(append(scratch, prev...), ", "...), members...)
+	}
 	h.SetCanonical(field, joined)
 }
 

@@ -104,6 +104,9 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 		algorithm:      algorithmNames[alg],
 	}
 	h.headers = newHeaderWriter(cfg, alg, &h.base, cfg.MaxFunc == nil)
+	if bits := cfg.IPv6Prefix; isDefaultKeyGenerator(cfg.KeyGenerator) && bits != defaultIPv6Prefix {
+		h.keyFunc = func(c *fiber.Ctx) string { return ipKey(c.IP(), bits) }
+	}
 	clock := cfg.clock
 	n := h.base.n
 	prefix := keyPrefix(&cfg, alg, &h.base)
@@ -113,7 +116,7 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 		// The raw-bytes IP key saves formatting the address, but is no
 		// text to show in a header or hand to a hook.
 		if isDefaultKeyGenerator(cfg.KeyGenerator) && cfg.OnDecision == nil && !cfg.HeaderPartitionKey {
-			h.keyFunc = (&ipKeyer{}).key
+			h.keyFunc = (&ipKeyer{bits: cfg.IPv6Prefix}).key
 		}
 	} else if conn, ok := cfg.Storage.(redisConn); ok {
 		client := conn.Conn()
@@ -178,9 +181,10 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	}
 	key := h.keyFunc(c)
 	refunds := h.skipFailed || h.skipSuccessful
-	if refunds {
+	if refunds || h.headers.withKey {
 		// The key may point into request buffers that the handler below
-		// is free to change; the refund needs it as it is now.
+		// is free to change (proxy.Forward does); the refund and the pk
+		// of the headers written after it need it as it is now.
 		key = string([]byte(key))
 	}
 	var start time.Time
@@ -216,32 +220,27 @@ func (h *handler) serve(c *fiber.Ctx) error {
 		} else {
 			c.Response().Header.SetBytesV(fiber.HeaderRetryAfter, h.retryUnavailable)
 		}
+		c.Context().SetUserValue(rejectedBehind{}, true)
 		return c.SendStatus(fiber.StatusServiceUnavailable)
 	default:
 		return fmt.Errorf("limiter: rate-limit storage failed: %w", err)
 	}
-	h.headers.write(c, &v, key, &ls, h.dryRun)
-	if !v.allowed() {
-		if h.dryRun {
-			return c.Next() // counted nothing: nothing to refund
-		}
+	if !v.allowed() && !h.dryRun {
+		h.headers.write(c, &v, key, &ls, false)
+		c.Context().SetUserValue(rejectedBehind{}, true)
 		return h.limitReached(c)
 	}
-	if !refunds || cost == 0 {
-		return c.Next()
-	}
 	err = c.Next()
-	if failed := responseStatus(c, err) >= fiber.StatusBadRequest; (failed && h.skipFailed) || (!failed && h.skipSuccessful) {
-		var rerr error
-		if h.memory != nil {
-			rerr = h.memory.refund(c.Context(), key, &ls, cost, &v)
-		} else {
-			rerr = h.refundStored(c.UserContext(), key, ls, cost, v)
-		}
-		if rerr != nil && err == nil {
-			err = fmt.Errorf("limiter: rate-limit refund failed: %w", rerr)
+	if v.allowed() && refunds && cost != 0 {
+		if failed := responseStatus(c, err) >= fiber.StatusBadRequest; (failed && h.skipFailed) || (!failed && h.skipSuccessful) {
+			if h.memory != nil {
+				v, _ = h.memory.refund(c.Context(), key, &ls, cost, &v)
+			} else if after, ok := h.refundStored(c.UserContext(), key, ls, cost, v); ok {
+				v = after
+			}
 		}
 	}
+	h.headers.writeAdmitted(c, &v, key, &ls, h.dryRun)
 	return err
 }
 
@@ -252,7 +251,7 @@ func (h *handler) takeStored(ctx context.Context, key string, ls limits, cost in
 	return h.store.take(ctx, key, &ls, cost)
 }
 
-func (h *handler) refundStored(ctx context.Context, key string, ls limits, cost int64, v verdict) error {
+func (h *handler) refundStored(ctx context.Context, key string, ls limits, cost int64, v verdict) (verdict, bool) {
 	return h.store.refund(ctx, key, &ls, cost, &v)
 }
 

@@ -62,6 +62,18 @@ func (v *verdict) retryAfter() time.Duration {
 	return retry
 }
 
+// spentFor is how many whole seconds the limits with nothing left need to
+// have their quota fully back (the longest), or 0 when none is spent.
+func (v *verdict) spentFor() int64 {
+	var spent int64
+	for i := range v.n {
+		if d := &v.each[i]; d.Remaining == 0 {
+			spent = max(spent, ceilSeconds(d.ResetAfter))
+		}
+	}
+	return spent
+}
+
 // tightest returns the index of the most restrictive limit, the one the
 // X-RateLimit headers and OnDecision describe: the least Remaining, then
 // the longest wait (RetryAfter on a rejection, else ResetAfter).
@@ -110,11 +122,14 @@ func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int
 }
 
 // refundAll credits cost back to the states of every limit, each in the
-// window its part of v says the cost was counted in.
-func (a algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost int64, v *verdict) {
+// window its part of v says the cost was counted in, and returns the
+// verdict of a take of cost 0 after it: the state the refund leaves, for
+// the headers. The Lua twins do the same in one script call.
+func (a algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost int64, v *verdict) verdict {
 	for i := range ls.n {
 		sts[i] = a.refund(sts[i], now, ls.r[i], cost, v.each[i])
 	}
+	return a.decide(sts, now, ls, 0)
 }
 
 // expiryAll is the time (ms) from which the states of every limit hold

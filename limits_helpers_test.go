@@ -14,5 +14,6 @@ func refundRule(b backend, ctx context.Context, key string, r rule, cost int64, 
 	ls := one(r)
 	v := verdict{n: 1}
 	v.each[0] = d
-	return b.refund(ctx, key, &ls, cost, &v)
+	_, err := b.refund(ctx, key, &ls, cost, &v)
+	return err
 }

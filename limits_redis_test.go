@@ -277,8 +277,11 @@ func TestLimitsMatchMemory(t *testing.T) {
 					key := "k" + strconv.Itoa(rng.IntN(5))
 					if h := held[key]; len(h) > 0 && rng.IntN(6) == 0 {
 						j := rng.IntN(len(h))
-						require.NoError(t, mem.refund(ctx, key, &ls, h[j].cost, &h[j].v))
-						require.NoError(t, red.refund(ctx, key, &ls, h[j].cost, &h[j].v))
+						want, err := mem.refund(ctx, key, &ls, h[j].cost, &h[j].v)
+						require.NoError(t, err)
+						got, err := red.refund(ctx, key, &ls, h[j].cost, &h[j].v)
+						require.NoError(t, err)
+						require.Equal(t, want, got, "step %d: the state a refund on key %s leaves", step, key)
 						held[key] = slices.Delete(h, j, j+1)
 						refunds++
 						compare(step, key, 0)

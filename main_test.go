@@ -20,9 +20,14 @@ const exampleRedisEnv = "LIMITER_EXAMPLE_REDIS"
 // binary, the Redis example is skipped, unless LIMITER_REQUIRE_REDIS=1),
 // and fails the run if any goroutine outlives the tests. Ignored are
 // fasthttp's one process-wide goroutine that refreshes its Date header,
-// and the two that Fiber's own limiter leaves running for good (its memory
+// the two that Fiber's own limiter leaves running for good (its memory
 // storage's gc loop and its timestamp updater), which only the comparison
-// benchmarks start.
+// benchmarks start, the clock updater that every Fiber cache middleware
+// starts for good, and fasthttp's cleaners that outlive the gateway tests
+// by a few seconds: those of the client behind proxy.Forward (its dialer's
+// address cache, its hosts, a host's idle connections), and that of the
+// upstream server's worker pool, which checks for its stop only after a
+// 10 s sleep.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	srv, stop, err := redistest.StartForMain()
@@ -48,6 +53,11 @@ func TestMain(m *testing.M) {
 			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 			goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/internal/memory.(*Storage).gc"),
 			goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/utils.StartTimeStampUpdater.func1.1"),
+			goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/middleware/cache.New.func2"),
+			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1

@@ -178,20 +178,23 @@ func (m *manager) take(ctx context.Context, key string, ls *limits, cost int64) 
 	return v, nil
 }
 
-func (m *manager) refund(_ context.Context, key string, ls *limits, cost int64, v *verdict) error {
+func (m *manager) refund(_ context.Context, key string, ls *limits, cost int64, v *verdict) (verdict, error) {
 	var buf [sha256.Size]byte
 	k, klen := storedKey(key, &buf)
 	s, h := m.shardFor(k)
 	now := m.current() // when the request ends, not when it began
 	s.mu.Lock()
-	if i := s.find(k, klen, uint32(h)); i >= 0 && s.entries[i].exp > now {
-		var sts [maxLimits]state
+	var sts [maxLimits]state
+	i := s.find(k, klen, uint32(h))
+	if i >= 0 && s.entries[i].exp > now {
 		s.load(i, &sts)
-		m.alg.refundAll(&sts, now, ls, cost, v)
+	}
+	after := m.alg.refundAll(&sts, now, ls, cost, v)
+	if i >= 0 {
 		s.store(i, &sts, m.alg.expiryAll(&sts, ls))
 	}
 	s.mu.Unlock()
-	return nil
+	return after, nil
 }
 
 // load reads the states of entry i.

@@ -71,8 +71,25 @@ func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost in
 	if _, err := b.store.TakeAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
 		return verdict{}, err
 	}
-	v := verdict{n: ls.n}
-	for i, res := range results[:ls.n] {
+	return verdictOf(&results, ls.n), nil
+}
+
+func (b *redisBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) (verdict, error) {
+	var rules [maxLimits]redis.Rule
+	var results [maxLimits]redis.Result
+	for i := range ls.n {
+		results[i].CountedIn = v.each[i].countedIn
+	}
+	if err := b.store.RefundAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
+		return verdict{}, err
+	}
+	return verdictOf(&results, ls.n), nil
+}
+
+// verdictOf converts the store's results for n limits.
+func verdictOf(results *[maxLimits]redis.Result, n int) verdict {
+	v := verdict{n: n}
+	for i, res := range results[:n] {
 		v.each[i] = Decision{
 			Allowed:    res.Allowed,
 			Limit:      int(res.Limit),
@@ -85,14 +102,5 @@ func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost in
 			v.each[i].RetryAfter = InfDuration
 		}
 	}
-	return v, nil
-}
-
-func (b *redisBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) error {
-	var rules [maxLimits]redis.Rule
-	var results [maxLimits]redis.Result
-	for i := range ls.n {
-		results[i].CountedIn = v.each[i].countedIn
-	}
-	return b.store.RefundAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n])
+	return v
 }

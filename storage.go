@@ -51,11 +51,13 @@ func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost 
 	return v, err
 }
 
-func (b *storageBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) error {
-	return b.modify(ctx, key, ls, func(sts *[maxLimits]state, now int64) bool {
-		b.alg.refundAll(sts, now, ls, cost, v)
+func (b *storageBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) (verdict, error) {
+	var after verdict
+	err := b.modify(ctx, key, ls, func(sts *[maxLimits]state, now int64) bool {
+		after = b.alg.refundAll(sts, now, ls, cost, v)
 		return true
 	})
+	return after, err
 }
 
 // probe reads a key nobody writes: a call that counts nothing.

@@ -101,12 +101,17 @@ func (g *guardedStore) take(ctx context.Context, key string, ls *limits, cost in
 	return v, nil
 }
 
-func (g *guardedStore) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) error {
+// refund credits the request's cost back and returns the state it leaves;
+// ok is false when it could not (the store failed, and the credit is
+// lost), which never fails the request: errors go to the hook only.
+func (g *guardedStore) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) (after verdict, ok bool) {
 	switch v.source {
 	case fromFallback:
-		return g.fallback.refund(ctx, key, ls, cost, v)
+		after, _ = g.fallback.refund(ctx, key, ls, cost, v)
+		after.source = fromFallback
+		return after, true
 	case fromDenyCache:
-		return nil // nothing was counted
+		return verdict{}, false // nothing was counted
 	}
 	if g.deny != nil {
 		// Before the call, and again after it: a rejection that a take
@@ -115,12 +120,12 @@ func (g *guardedStore) refund(ctx context.Context, key string, ls *limits, cost 
 		defer g.deny.forget(key)
 	}
 	if !g.admitCall(g.now()) {
-		return nil // the store is not answering: the credit is lost
+		return verdict{}, false // the store is not answering: the credit is lost
 	}
-	_, _ = call(ctx, g, key, "refund", false, func(ctx context.Context, key string) (struct{}, error) {
-		return struct{}{}, g.store.refund(ctx, key, ls, cost, v)
+	after, err := call(ctx, g, key, "refund", false, func(ctx context.Context, key string) (verdict, error) {
+		return g.store.refund(ctx, key, ls, cost, v)
 	})
-	return nil // a failure is reported, and the credit lost
+	return after, err == nil
 }
 
 // admitCall reports whether a call may go to the store at now. When the

@@ -6,31 +6,32 @@ if #stored == 10 * n then
   start, count = struct.unpack(fmt, stored, 10 * i - 9)
 end
 if refund then
+  -- Credit the window the cost was counted in, then answer as a take of
+  -- cost 0 would: the state the refund leaves.
   if count > 0 and start == counted_in and now < start + window then
     count = math.max(0, count - cost)
   end
+  cost = 0
+end
+if count > 0 and now < start then
+  now = start -- time never goes back for a key
+end
+if count == 0 or now >= start + window then
+  start, count = now, 0
+end
+if cost > limit then
+  retry = -1
+elseif count + cost <= limit then
+  count = count + cost
+  allowed, counted = 1, start
   a, b, exp = start, count, 0
   if count > 0 then
     exp = start + window
   end
 else
-  if count > 0 and now < start then
-    now = start -- time never goes back for a key
-  end
-  if count == 0 or now >= start + window then
-    start, count = now, 0
-  end
-  if cost > limit then
-    retry = -1
-  elseif count + cost <= limit then
-    count = count + cost
-    allowed, counted = 1, start
-    a, b, exp = start, count, start + window
-  else
-    retry = start + window - now
-  end
-  if count > 0 then
-    reset = start + window - now
-  end
-  remaining = math.max(0, limit - count)
+  retry = start + window - now
 end
+if count > 0 then
+  reset = start + window - now
+end
+remaining = math.max(0, limit - count)

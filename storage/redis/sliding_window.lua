@@ -29,11 +29,28 @@ if now >= start then -- time never goes back for a key
 end
 
 if refund then
+  -- Credit the window the cost was counted in, then answer as a take of
+  -- cost 0 would: the state the refund leaves.
   if counted_in == start then
     cur = math.max(0, cur - cost)
   elseif counted_in == start - window then
     prev = math.max(0, prev - cost)
   end
+  if cur == 0 and prev == 0 and now >= start then
+    start = now -- an empty key starts afresh, as the take's roll has it
+  end
+  cost = 0
+end
+if now < start then
+  now = start
+end
+local elapsed = now - start
+local weighted = prev * (window - elapsed)
+if cost > limit then
+  retry = -1
+elseif cost == 0 or weighted + (cur + cost) * window <= limit * window then
+  cur = cur + cost
+  allowed, counted = 1, start
   a, b, c, exp = start, cur, prev, 0
   if cur > 0 then
     exp = start + 2 * window
@@ -41,45 +58,27 @@ if refund then
     exp = start + window
   end
 else
-  if now < start then
-    now = start
+  -- Still in this window: need prev * (window - elapsed - t) <= room.
+  local room = (limit - cur - cost) * window
+  if room >= 0 and prev > 0 then
+    retry = window - elapsed - idiv(room, prev)
   end
-  local elapsed = now - start
-  local weighted = prev * (window - elapsed)
-  if cost > limit then
-    retry = -1
-  elseif cost == 0 or weighted + (cur + cost) * window <= limit * window then
-    cur = cur + cost
-    allowed, counted = 1, start
-    a, b, c, exp = start, cur, prev, 0
+  if retry <= 0 or retry >= window - elapsed then
+    -- In the next window, e after its start, cur has become the previous
+    -- count: need cur * (window - e) <= (limit - cost) * window.
+    local e = 0
     if cur > 0 then
-      exp = start + 2 * window
-    elseif prev > 0 then
-      exp = start + window
+      e = math.max(0, window - idiv((limit - cost) * window, cur))
     end
-  else
-    -- Still in this window: need prev * (window - elapsed - t) <= room.
-    local room = (limit - cur - cost) * window
-    if room >= 0 and prev > 0 then
-      retry = window - elapsed - idiv(room, prev)
-    end
-    if retry <= 0 or retry >= window - elapsed then
-      -- In the next window, e after its start, cur has become the previous
-      -- count: need cur * (window - e) <= (limit - cost) * window.
-      local e = 0
-      if cur > 0 then
-        e = math.max(0, window - idiv((limit - cost) * window, cur))
-      end
-      retry = window - elapsed + e
-    end
+    retry = window - elapsed + e
   end
-  if cur > 0 then
-    reset = start + 2 * window - now
-  elseif prev > 0 then
-    reset = start + window - now
-  end
-  remaining = math.min(limit, math.max(0, limit - cur - idiv(weighted + window - 1, window)))
 end
+if cur > 0 then
+  reset = start + 2 * window - now
+elseif prev > 0 then
+  reset = start + window - now
+end
+remaining = math.min(limit, math.max(0, limit - cur - idiv(weighted + window - 1, window)))
 
 if n == 1 and math.max(b, c) < 16777216 then
   fmt = '<I6I3I3'

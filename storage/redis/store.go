@@ -306,8 +306,14 @@ func (s *Store) TakeAll(ctx context.Context, key string, rules []Rule, cost int6
 	if err != nil {
 		return false, err
 	}
+	return decodeResults(res, rules, results)
+}
+
+// decodeResults reads a script's answer for rules into results, and
+// returns whether the request was admitted.
+func decodeResults(res string, rules []Rule, results []Result) (bool, error) {
 	if len(res) != resHeadSize+len(rules)*resRuleSize {
-		return false, fmt.Errorf("limiter: redis take: script returned %d bytes, want %d", len(res), resHeadSize+len(rules)*resRuleSize)
+		return false, fmt.Errorf("limiter: redis: script returned %d bytes, want %d", len(res), resHeadSize+len(rules)*resRuleSize)
 	}
 	allowed := res[0]&resAllowed != 0
 	for i, rule := range rules {
@@ -336,13 +342,19 @@ func (s *Store) Refund(ctx context.Context, key string, rule Rule, cost int64, c
 }
 
 // RefundAll credits cost units of a request that TakeAll admitted back to
-// key under every rule, each in the window its result names, if that
-// window still counts. One round trip; rules as given to TakeAll.
+// key under every rule, each in the window its result (from TakeAll) names,
+// if that window still counts, and then sets the results to the state the
+// refund leaves, as a Take of cost 0 would see it. One round trip; rules
+// as given to TakeAll.
 func (s *Store) RefundAll(ctx context.Context, key string, rules []Rule, cost int64, results []Result) error {
 	if len(results) < len(rules) {
 		return fmt.Errorf("limiter: redis refund: %d results for %d rules", len(results), len(rules))
 	}
-	_, err := s.run(ctx, key, rules, cost, argRefund, results)
+	res, err := s.run(ctx, key, rules, cost, argRefund, results)
+	if err != nil {
+		return err
+	}
+	_, err = decodeResults(res, rules, results)
 	return err
 }
 

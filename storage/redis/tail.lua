@@ -41,10 +41,8 @@ if refund or (admitted == 1 and request_cost > 0) then
     redis.call('DEL', key)
   end
 end
-if refund then
-  return 1
-end
 -- The answer, packed like the request: flags (1 = allowed, and 2^i when
 -- limit i can never admit the request), then for each limit remaining (4
--- bytes), reset, retry and counted (7 each).
+-- bytes), reset, retry and counted (7 each). A refund's is the state it
+-- leaves, as a take of cost 0 would see it.
 return struct.pack('<B', admitted + never) .. answer

@@ -27,31 +27,27 @@ last = math.max(now, last) -- time never goes back for a key
 
 if refund then
   -- Only what of the request's cost has not refilled by now comes back:
-  -- counted_in is when it will have (rounded down).
-  local credit = math.min(cost * window, math.max(0, (counted_in - now) * limit))
-  a, b = last, math.max(0, debt - credit)
-  exp = last + idiv(b + limit - 1, limit)
-  if b == 0 then
+  -- counted_in is when it will have (rounded down). Then answer as a take
+  -- of cost 0 would: the state the refund leaves.
+  debt = math.max(0, debt - math.min(cost * window, math.max(0, (counted_in - now) * limit)))
+  cost = 0
+end
+local capacity = burst * window
+if cost > burst then
+  retry = -1
+elseif debt + cost * window <= capacity then
+  debt = debt + cost * window
+  allowed, counted = 1, last + idiv(debt, limit)
+  a, b = last, debt
+  exp = last + idiv(debt + limit - 1, limit)
+  if debt == 0 then
     exp = 0
   end
 else
-  local capacity = burst * window
-  if cost > burst then
-    retry = -1
-  elseif debt + cost * window <= capacity then
-    debt = debt + cost * window
-    allowed, counted = 1, last + idiv(debt, limit)
-    a, b = last, debt
-    exp = last + idiv(debt + limit - 1, limit)
-    if debt == 0 then
-      exp = 0
-    end
-  else
-    retry = idiv(debt + cost * window - capacity + limit - 1, limit)
-  end
-  remaining = math.max(0, burst - idiv(debt + window - 1, window))
-  reset = idiv(debt + limit - 1, limit)
+  retry = idiv(debt + cost * window - capacity + limit - 1, limit)
 end
+remaining = math.max(0, burst - idiv(debt + window - 1, window))
+reset = idiv(debt + limit - 1, limit)
 
 if n == 1 and b < 1099511627776 then
   fmt = '<I6I5'
