@@ -157,11 +157,14 @@ type Config struct {
 	// same Storage (the same value, or for Redis the same client) with the
 	// same algorithm and windows and no Name would read each other's
 	// state: New panics for the second, asking for a Name (say, the
-	// route). Limiters given the same Name share their state on purpose,
-	// as one limiter would. Changing Max or Burst keeps the counts a deploy
-	// finds; changing an Expiration (or the Limits) starts every key
-	// afresh, the old state expiring on its own. In memory every limiter
-	// has its own state, whatever its Name. It must not contain ':'.
+	// route). The same Storage is the same Redis server and database,
+	// through any client, or the same value of another fiber.Storage.
+	// Limiters given the same Name (and the same algorithm and windows)
+	// share their state on purpose, as replicas do. Changing Max, Burst or
+	// a PolicyName keeps the counts a deploy finds; changing an Expiration,
+	// or the number or order of the Limits, starts every key afresh, the
+	// old state expiring on its own. In memory every limiter has its own
+	// state, whatever its Name. It must not contain ':', '{' or '}'.
 	//
 	// Optional. Default: ""
 	Name string
@@ -351,8 +354,9 @@ type Limit struct {
 	// PolicyName names the limit in the IETF headers (HeadersIETF or
 	// HeadersBoth, which it needs).
 	//
-	// Default: Config.PolicyName (or "default") + "-" + the window, as in
-	// "default-1s"
+	// Default: with several limits, Config.PolicyName (or "default") + "-"
+	// + the window, as in "default-1s"; with one, Config.PolicyName (or
+	// "default")
 	PolicyName string
 }
 
@@ -430,8 +434,8 @@ func configDefault(config ...Config) Config {
 		panic(fmt.Sprintf("limiter: FailurePolicy is %d; it must be FailFallback, FailOpen or FailClosed", cfg.FailurePolicy))
 	}
 	checkMillisecondsOrZero("Expiration", cfg.Expiration, ConfigDefault.Expiration)
-	if strings.ContainsRune(cfg.Name, ':') {
-		panic(fmt.Sprintf("limiter: Name %q contains ':'; it must not (it is a part of every key in Storage)", cfg.Name))
+	if i := strings.IndexAny(cfg.Name, ":{}"); i >= 0 {
+		panic(fmt.Sprintf("limiter: Name %q contains %q; it must not contain ':', '{' or '}' (it is a part of every key in Storage, and braces would make it a Redis Cluster hash tag)", cfg.Name, cfg.Name[i]))
 	}
 	if len(cfg.Limits) > 0 {
 		checkLimits(&cfg)

@@ -102,21 +102,27 @@ func (c *denyCache) check(key string, now int64, ls *limits, cost int64) (verdic
 			break
 		}
 		v := verdict{n: ls.n, source: fromDenyCache}
-		v.each[0] = e.part.decision(now, ls.r[0])
+		v.each[0] = e.part.decision(now, ls.r[0], cost)
 		for j := 1; j < ls.n; j++ {
-			v.each[j] = more[i*c.stride+j-1].decision(now, ls.r[j])
+			v.each[j] = more[i*c.stride+j-1].decision(now, ls.r[j], cost)
 		}
 		return v, true, 0
 	}
 	return verdict{}, false, set.gen
 }
 
-// decision is the part of a limit of rule r at now.
-func (p *denyPart) decision(now int64, r rule) Decision {
+// decision is the part of a limit of rule r at now, for a request of cost.
+// A limit that would admit the request by now (another limit of the entry
+// still rejects it) has at least cost left.
+func (p *denyPart) decision(now int64, r rule, cost int64) Decision {
 	retry := max(0, p.until-now)
+	remaining := int64(p.remaining)
+	if retry == 0 {
+		remaining = max(remaining, cost)
+	}
 	return Decision{
 		Limit:      int(r.burst), // the capacity: burst equals limit but for the bucket
-		Remaining:  int(p.remaining),
+		Remaining:  int(remaining),
 		ResetAfter: millis(max(p.reset-now, retry)),
 		RetryAfter: millis(retry),
 	}

@@ -143,6 +143,7 @@ func Example_redis() {
 		defer storage.Close()
 		app := fiber.New()
 		app.Use(limiter.New(limiter.Config{
+			Name:       "api", // replicas share by running the same config; in one process, by the same Name
 			Max:        3,
 			Expiration: time.Minute,
 			Storage:    storage,

@@ -186,7 +186,7 @@ type rejectedBehind struct{}
 // an admitted request's once the handler has run (writeAdmitted), so that
 // a handler that replaces the response (proxy.Forward) does not lose them.
 func (w *headerWriter) write(c *fiber.Ctx, v *verdict, key string, ls *limits, dryRun bool) {
-	var buf [256]byte // the longest value, RateLimit-Policy with a 100-byte name, fits; pk of a long key may not
+	var buf [256]byte // room for the usual values without allocating; longer names or a pk of a long key grow it
 	h := &c.Response().Header
 	retryAfter := v.retryAfter()
 	retry := !v.allowed() && retryAfter != InfDuration

@@ -2,11 +2,17 @@ package limiter
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 	"weak"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // A limiter's identity is where its state lives in a store: every key of
@@ -63,8 +69,8 @@ func appendWindow(b []byte, ms int64) []byte {
 // identities records, for each store in use and identity in it, the
 // limiters of this process that keep their state there, so that New can
 // refuse a second limiter that would read the first one's state. Entries
-// hold the limiters weakly: a limiter that is gone (an app rebuilt, a test
-// over) frees its identity.
+// hold the limiters weakly, and a limiter that is gone (an app rebuilt, a
+// test over) frees its identity: its cleanup drops it.
 var identities = identityRegistry{m: map[identity][]identityUser{}}
 
 type identityRegistry struct {
@@ -72,10 +78,10 @@ type identityRegistry struct {
 	m map[identity][]identityUser
 }
 
-// identity is a store (by address: the identity of a limiter that still
-// holds the store keeps the address from being reused) and a key prefix.
+// identity is a store, by what it reaches (see storeIdentity), and a key
+// prefix.
 type identity struct {
-	store  uintptr
+	store  string
 	prefix string
 }
 
@@ -84,45 +90,78 @@ type identityUser struct {
 	named   bool // its Name was set: sharing it is asked for
 }
 
-// storeAddress is the address that tells store apart from other stores,
-// or 0 when it has none (a value that is not a pointer). A Redis storage
-// is told by its client, so that two storages over one client are one.
-func storeAddress(store any) uintptr {
+// storeIdentity tells a store apart from other stores, or is "" when it
+// cannot be told (a value that is not a pointer). A Redis storage is told
+// by the server it reaches, so that two storages, or two clients, of one
+// Redis are one store: the address and database of a client (a failover
+// client by its own address, since its server changes), the sorted seed
+// addresses of a cluster or ring. Any other storage by its address in
+// memory.
+func storeIdentity(store any) string {
 	if conn, ok := store.(redisConn); ok {
+		switch c := conn.Conn().(type) {
+		case *goredis.Client:
+			if o := c.Options(); o.Addr != "FailoverClient" {
+				return fmt.Sprintf("redis %s/%d %s", o.Addr, o.DB, o.Username)
+			}
+		case *goredis.ClusterClient:
+			addrs := slices.Clone(c.Options().Addrs)
+			slices.Sort(addrs)
+			return "redis cluster " + strings.Join(addrs, ",")
+		case *goredis.Ring:
+			addrs := slices.Sorted(maps.Values(c.Options().Addrs))
+			return "redis ring " + strings.Join(addrs, ",")
+		}
 		store = conn.Conn()
 	}
 	v := reflect.ValueOf(store)
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.UnsafePointer:
-		return v.Pointer()
+		return fmt.Sprintf("%T %#x", store, v.Pointer())
 	}
-	return 0
+	return ""
 }
 
 // claimIdentity records that h keeps its state under prefix in store, and
 // panics when another live limiter of this process does too and the two
 // did not both ask for it with the same Name.
 func claimIdentity(h *handler, store any, prefix string, named bool) {
-	addr := storeAddress(store)
-	if addr == 0 {
+	id := identity{store: storeIdentity(store), prefix: prefix}
+	if id.store == "" {
 		return
 	}
-	id := identity{store: addr, prefix: prefix}
 	identities.Lock()
 	defer identities.Unlock()
-	if clash := identities.live(id, named); clash {
+	if identities.live(id, named) {
 		// The other limiter may be garbage that no collection has found
-		// yet (an app that was dropped): look once more after one.
-		identities.Unlock()
-		runtime.GC()
-		identities.Lock()
-		if identities.live(id, named) {
+		// yet (an app that was dropped, whose last request's goroutine may
+		// still be ending): look again after a few collections, 50 ms at
+		// most. Only a New that would otherwise panic waits.
+		clash := true
+		for range clashLooks {
+			identities.Unlock()
+			runtime.GC()
+			time.Sleep(5 * time.Millisecond)
+			identities.Lock()
+			if clash = identities.live(id, named); !clash {
+				break
+			}
+		}
+		if clash {
 			panic(fmt.Sprintf("limiter: another limiter of this process keeps its state in the same Storage under %q (the same algorithm and Expiration, and no Name); "+
 				"give each limiter its own Name (Config.Name, say the route: \"login\"), or the same Name to both if they are to share one count", prefix))
 		}
 	}
 	identities.m[id] = append(identities.m[id], identityUser{handler: weak.Make(h), named: named})
+	runtime.AddCleanup(h, func(id identity) {
+		identities.Lock()
+		identities.live(id, false)
+		identities.Unlock()
+	}, id)
 }
+
+// clashLooks is how many times claimIdentity looks again for a clash.
+const clashLooks = 10
 
 // live drops the users of id that are gone and reports whether one that
 // would clash with a new user (named or not) is left: any, unless both are

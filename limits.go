@@ -129,7 +129,13 @@ func (a algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost 
 	for i := range ls.n {
 		sts[i] = a.refund(sts[i], now, ls.r[i], cost, v.each[i])
 	}
-	return a.decide(sts, now, ls, 0)
+	after := a.decide(sts, now, ls, 0)
+	for i := range ls.n {
+		if a.expiry(sts[i], ls.r[i]) <= now {
+			sts[i] = state{} // what it holds has ended: kept as nothing, as the Lua twins keep it
+		}
+	}
+	return after
 }
 
 // expiryAll is the time (ms) from which the states of every limit hold

@@ -385,7 +385,7 @@ func TestLimitsOnCluster(t *testing.T) {
 			}
 			wantKeys := map[string]bool{}
 			for i := range keys {
-				wantKeys[keyPrefix+":"+c.alg.name()+":1m+1h:k"+strconv.Itoa(i)] = true
+				wantKeys[keyPrefix+"replica:"+c.alg.name()+":1m+1h:k"+strconv.Itoa(i)] = true
 			}
 			assert.Equal(t, wantKeys, stored)
 			t.Logf("%d decisions, %d script calls, %d SETs", keys*perKey, scripts, sets)

@@ -12,6 +12,7 @@ import (
 	"github.com/fiberlimit/limiter/internal/redistest"
 	"github.com/fiberlimit/limiter/storage/redis"
 	"github.com/gofiber/fiber/v2"
+	fiberredis "github.com/gofiber/storage/redis/v3"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -119,14 +120,21 @@ func TestPerRouteLimitersOnOneRedis(t *testing.T) {
 
 // Two limiters of one process with the same algorithm and window on the
 // same Storage would read each other's state: New refuses the second,
-// saying how to separate them. Different windows, different algorithms,
-// different Names, or separate clients (replicas) are accepted, and so are
-// two limiters that ask to share with the same Name.
+// saying how to separate them. The same Storage is the same Redis (server
+// and database), through any client or storage. Different windows,
+// different algorithms, different Names, or another Redis are accepted,
+// and so are two limiters that ask to share with the same Name (as
+// replicas do).
 func TestIdentityClashes(t *testing.T) {
 	client := redistest.Start(t).Client(t)
 	store := redis.New(client)
 	sameClient := redis.New(client) // another Storage over the same client
 	first := New(Config{Max: 5, Expiration: time.Minute, Storage: store})
+	addr := client.Options().Addr
+	otherClient := goredis.NewClient(&goredis.Options{Addr: addr})
+	otherDB := goredis.NewClient(&goredis.Options{Addr: addr, DB: 1})
+	gofiber := fiberredis.New(fiberredis.Config{Addrs: []string{addr}})
+	t.Cleanup(func() { _, _, _ = otherClient.Close(), otherDB.Close(), gofiber.Close() })
 	msg := "limiter: another limiter of this process keeps its state in the same Storage under \"limiter::fw:1m:\""
 	for _, tt := range []struct {
 		name  string
@@ -136,10 +144,13 @@ func TestIdentityClashes(t *testing.T) {
 		{"same rule", Config{Max: 5, Expiration: time.Minute, Storage: store}, true},
 		{"another Max", Config{Max: 100, Expiration: time.Minute, Storage: store}, true},
 		{"a Storage over the same client", Config{Max: 5, Expiration: time.Minute, Storage: sameClient}, true},
+		{"another client of the same Redis", Config{Max: 5, Expiration: time.Minute, Storage: redis.New(otherClient)}, true},
+		{"gofiber's storage on the same Redis", Config{Max: 5, Expiration: time.Minute, Storage: gofiber}, true},
+		{"another database of the same Redis", Config{Max: 5, Expiration: time.Minute, Storage: redis.New(otherDB)}, false},
 		{"another window", Config{Max: 5, Expiration: time.Hour, Storage: store}, false},
 		{"another algorithm", Config{Max: 5, Expiration: time.Minute, Storage: store, LimiterMiddleware: SlidingWindow{}}, false},
 		{"a Name", Config{Max: 5, Expiration: time.Minute, Storage: store, Name: "login"}, false},
-		{"another client", Config{Max: 5, Expiration: time.Minute, Storage: redis.New(redistest.Start(t).Client(t))}, false},
+		{"another Redis", Config{Max: 5, Expiration: time.Minute, Storage: redis.New(redistest.Start(t).Client(t))}, false},
 		{"Limits with the same window", Config{Limits: []Limit{{Max: 5, Expiration: time.Minute}}, Storage: store}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,6 +173,20 @@ func TestIdentityClashes(t *testing.T) {
 		other := redis.New(client)
 		func() { New(Config{Max: 5, Expiration: 2 * time.Minute, Storage: other}) }()
 		assert.NotPanics(t, func() { New(Config{Max: 5, Expiration: 2 * time.Minute, Storage: other}) })
+	})
+	t.Run("limiters that are gone leave nothing behind", func(t *testing.T) {
+		count := func() int {
+			identities.Lock()
+			defer identities.Unlock()
+			return len(identities.m)
+		}
+		before := count()
+		for i := range 200 {
+			New(Config{Name: "tenant" + strconv.Itoa(i), Storage: store})
+		}
+		require.GreaterOrEqual(t, count(), before+1)
+		assert.Eventually(t, func() bool { runtime.GC(); return count() <= before }, 5*time.Second, 10*time.Millisecond,
+			"each limiter's cleanup drops its identity")
 	})
 	runtime.KeepAlive(first)
 }
@@ -401,7 +426,8 @@ func TestLimitsConfigPanics(t *testing.T) {
 		{"too large", Config{Limits: []Limit{{Max: 1 << 40, Expiration: time.Second}}}, "limiter: Limits[0].Max is 1099511627776; with Expiration of 1s it must be at most 4294967295 (and below 2^32)"},
 		{"a policy name without IETF", Config{Limits: []Limit{{Max: 1, Expiration: time.Second, PolicyName: "x"}}}, "limiter: Limits[0].PolicyName is set but Headers is XRateLimit; PolicyName and HeaderPartitionKey apply to the IETF headers only (HeadersIETF or HeadersBoth)"},
 		{"the same policy name", Config{Headers: HeadersIETF, Limits: []Limit{{Max: 1, Expiration: time.Second, PolicyName: "x"}, {Max: 2, Expiration: time.Hour, PolicyName: "x"}}}, "limiter: Limits[0] and Limits[1] have the same PolicyName \"x\"; give each limit its own"},
-		{"a colon in Name", Config{Name: "api:v1"}, "limiter: Name \"api:v1\" contains ':'; it must not (it is a part of every key in Storage)"},
+		{"a colon in Name", Config{Name: "api:v1"}, "limiter: Name \"api:v1\" contains ':'; it must not contain ':', '{' or '}' (it is a part of every key in Storage, and braces would make it a Redis Cluster hash tag)"},
+		{"a brace in Name", Config{Name: "{api}"}, "limiter: Name \"{api}\" contains '{'; it must not contain ':', '{' or '}' (it is a part of every key in Storage, and braces would make it a Redis Cluster hash tag)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			assert.PanicsWithValue(t, tt.want, func() { New(tt.cfg) })
@@ -414,4 +440,34 @@ func TestLimitsConfigPanics(t *testing.T) {
 	app := newApp(cfg, &testClock{}, nil)
 	assert.Equal(t, 200, get(t, app, "/", "").StatusCode)
 	assert.Equal(t, 429, get(t, app, "/", "").StatusCode)
+}
+
+// A rejection replayed by the deny cache says what Redis would say: also
+// for a limit whose own wait has passed while another still rejects (it
+// then has room for the request again).
+func TestLimitsDenyCacheReplaysWhatRedisSays(t *testing.T) {
+	server := redistest.Start(t)
+	var got []string
+	for _, disable := range []bool{false, true} {
+		require.NoError(t, server.Client(t).FlushDB(context.Background()).Err())
+		clock := &testClock{}
+		app := newApp(Config{
+			Name:              "replay-" + strconv.FormatBool(disable),
+			Limits:            []Limit{{Max: 3, Expiration: 30 * time.Second}, {Max: 1, Expiration: 5 * time.Second, Burst: 3}},
+			LimiterMiddleware: TokenBucket{},
+			Headers:           HeadersBoth,
+			Storage:           redis.New(server.Client(t)),
+			KeyGenerator:      headerKey,
+			DisableDenyCache:  disable,
+		}, clock, nil)
+		for range 3 {
+			require.Equal(t, 200, get(t, app, "/", "k").StatusCode)
+		}
+		require.Equal(t, 429, get(t, app, "/", "k").StatusCode)
+		clock.advance(6 * time.Second)
+		resp := get(t, app, "/", "k")
+		require.Equal(t, 429, resp.StatusCode)
+		got = append(got, resp.Header.Get("RateLimit")+" | "+resp.Header.Get("Retry-After")+" | "+resp.Header.Get("X-RateLimit-Remaining"))
+	}
+	assert.Equal(t, got[1], got[0], "with the deny cache, and without")
 }

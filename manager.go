@@ -158,9 +158,10 @@ func (m *manager) take(ctx context.Context, key string, ls *limits, cost int64) 
 		s.load(i, &sts)
 	}
 	v := m.alg.decide(&sts, now, ls, cost)
-	if v.allowed() {
+	if v.allowed() && cost > 0 {
 		// A key is only tracked once it has state worth keeping, so requests
-		// that count nothing never take a slot.
+		// that count nothing never take a slot; nor do they write (the Lua
+		// twins write nothing for them either).
 		if exp := m.alg.expiryAll(&sts, ls); i >= 0 || exp > now {
 			if i < 0 {
 				i = s.insert(k, klen, uint32(h), now)

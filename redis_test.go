@@ -20,9 +20,14 @@ import (
 )
 
 // replicaHandler builds one Fiber app ("replica") around cfg and returns its
-// handler. Requests are keyed by X-Key.
+// handler. Requests are keyed by X-Key. Replicas in one process share their
+// state by asking for it with one Name ("replica" unless cfg has one), as
+// separate processes would by running the same code.
 func replicaHandler(cfg Config) fasthttp.RequestHandler {
 	cfg.KeyGenerator = headerKey
+	if cfg.Name == "" {
+		cfg.Name = "replica"
+	}
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Use(New(cfg))
 	app.Get("/*", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })

@@ -46,7 +46,7 @@ func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost 
 	var v verdict
 	err := b.modify(ctx, key, ls, func(sts *[maxLimits]state, now int64) bool {
 		v = b.alg.decide(sts, now, ls, cost)
-		return v.allowed()
+		return v.allowed() && cost > 0
 	})
 	return v, err
 }

@@ -102,10 +102,12 @@ func oursHandlerVariant(name string, alg limiter.LimiterHandler, keys [][]byte, 
 	}}
 }
 
-// oursRedisConfig is the Config of ours on Redis in figures 3 to 5.
+// oursRedisConfig is the Config of ours on Redis in figures 3 to 5. Its
+// Name is how replicas in this one process share their state, as
+// processes running the same code would.
 func oursRedisConfig(store *redis.Store, max int, window time.Duration, alg limiter.LimiterHandler, o options) limiter.Config {
 	return limiter.Config{
-		Max: max, Expiration: window, KeyGenerator: headerKey, LimiterMiddleware: alg,
+		Name: "bench", Max: max, Expiration: window, KeyGenerator: headerKey, LimiterMiddleware: alg,
 		Storage: store, FailurePolicy: limiter.FailClosed, StorageTimeout: o.storageTimeout,
 	}
 }

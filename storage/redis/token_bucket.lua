@@ -2,9 +2,9 @@
 -- the time of the last update (6 bytes) and the bucket's debt in units of
 -- 1/window token (a token is `window` units; the bucket refills `limit`
 -- units a ms), in 5 bytes while below 2^40 and the key has one limit, else
--- 7. (Each algorithm's values have lengths of their own: 10 bytes a limit
--- for the fixed window, 11 or 13 for the bucket, 12 or 14 for the sliding
--- window.)
+-- 7. (A value has 10 bytes a limit for the fixed window, 11 or 13 for the
+-- bucket, 12 or 14 for the sliding window; keys of different algorithms or
+-- numbers of limits are kept apart by their names, not by these lengths.)
 local last, debt = 0, 0
 if n > 1 then
   if #stored == 13 * n then

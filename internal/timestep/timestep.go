@@ -1,0 +1,33 @@
+// Package timestep chooses the time step a rate limit is decided in.
+//
+// The step functions, in Go and in Lua, count time in whole steps and form
+// products of a limit and a window (in steps) up to about three times
+// limit × window. Lua numbers are doubles, exact for integers below 2^53,
+// so limit × window must stay within 2^51. A step of 1 ms allows that for
+// most quotas: up to 4,294,967,295 per 8.7 minutes, or 625 million per
+// hour. A larger quota (a billion per month) or a longer window (a year,
+// or "never resets") is decided in coarser steps, the finest for which the
+// product fits: the resolution is then the step, for example 1 s for a
+// billion per 30 days, and a window is a whole number of steps, rounded up.
+package timestep
+
+// MaxProduct bounds limit × window, window in steps.
+const MaxProduct = 1 << 51
+
+// For returns the step, in ms, for a limit whose quota (its largest count:
+// the limit, or a token bucket's burst) is at most quota, over a window of
+// windowMS ms: 1 when quota × windowMS fits within MaxProduct, else the
+// smallest step for which quota × (windowMS in steps, rounded up) does.
+// quota must be in [1, 2^32) and windowMS >= 1.
+func For(quota, windowMS int64) int64 {
+	per := MaxProduct / quota // the longest window, in steps, that fits; >= 2^19
+	if windowMS <= per {
+		return 1
+	}
+	return (windowMS + per - 1) / per
+}
+
+// Steps is the window of windowMS ms in whole steps of step ms, rounded up.
+func Steps(windowMS, step int64) int64 {
+	return (windowMS + step - 1) / step
+}
