@@ -24,8 +24,9 @@ type Config struct {
 
 	// Max is the number of requests (units of Cost) a key may make per
 	// Expiration. For TokenBucket it is the refill rate: Max tokens per
-	// Expiration. Must be >= 0; zero means the default. For several limits
-	// at once, see Limits.
+	// Expiration. Must be 0 (the default) to 2^32-1; any value works with
+	// any Expiration (see Expiration). For several limits at once, see
+	// Limits.
 	//
 	// Default: 5
 	Max int
@@ -33,9 +34,9 @@ type Config struct {
 	// MaxFunc, when set, returns Max for each request instead of the Max
 	// field, for limits that depend on the client (a plan, an API key). A
 	// result <= 0 means no limit for that request: it passes uncounted and
-	// without headers. Results above what the window's arithmetic supports
-	// (limit × Expiration in ms at most 2^51, and a limit below 2^32)
-	// are capped there.
+	// without headers. Results above 2^32-1 are capped there. The limiter
+	// keeps time in steps fit for the largest result (see Expiration): 1 ms
+	// for windows up to about 8.7 minutes, 8 ms for an hour.
 	//
 	// Optional. Default: nil
 	MaxFunc func(c *fiber.Ctx) int
@@ -51,7 +52,13 @@ type Config struct {
 	// Expiration is the length of the window (for TokenBucket, the time in
 	// which Max tokens refill). The limiter keeps millisecond time, so
 	// windows shorter than a second work; a fraction of a millisecond is
-	// rounded up. Must be 0 (the default) or at least 1 ms.
+	// rounded up. Any length up to the longest time.Duration works. A quota
+	// too large to count exactly in milliseconds over its window (Max ×
+	// Expiration in ms above 2^51, say 10^8 per day) is counted in the
+	// finest coarser steps that keep it exact (4 ms there; about 1 s for a
+	// billion per 30 days), preferably steps that divide the window, else
+	// rounding it up by less than a step. Must be 0 (the default) or at
+	// least 1 ms.
 	//
 	// Default: 1 * time.Minute
 	Expiration time.Duration
@@ -446,9 +453,8 @@ func configDefault(config ...Config) Config {
 		if cfg.Expiration == 0 {
 			cfg.Expiration = ConfigDefault.Expiration
 		}
-		window := windowMillis(cfg.Expiration)
-		checkProduct("Max", cfg.Max, window)
-		checkProduct("Burst", cfg.Burst, window)
+		checkLimit("Max", cfg.Max)
+		checkLimit("Burst", cfg.Burst)
 	}
 	if cfg.KeyGenerator == nil {
 		cfg.KeyGenerator = ConfigDefault.KeyGenerator
@@ -511,8 +517,8 @@ func checkLimits(cfg *Config) {
 		}
 		checkNonNegative(field+"Burst", l.Burst)
 		window := windowMillis(l.Expiration)
-		checkProduct(field+"Max", l.Max, window)
-		checkProduct(field+"Burst", l.Burst, window)
+		checkLimit(field+"Max", l.Max)
+		checkLimit(field+"Burst", l.Burst)
 		for j, o := range cfg.Limits[:i] {
 			if windowMillis(o.Expiration) == window {
 				panic(fmt.Sprintf("limiter: Limits[%d] and Limits[%d] have the same Expiration (%v); give each limit its own window", j, i, l.Expiration))
@@ -535,12 +541,12 @@ func checkMillisecondsOrZero(field string, d, def time.Duration) {
 	}
 }
 
-// checkProduct rejects a limit that the exact integer arithmetic cannot
-// carry for this window.
-func checkProduct(field string, v int, window int64) {
-	if int64(v) > maxLimit || int64(v) > maxLimitWindow/window {
-		panic(fmt.Sprintf("limiter: %s is %d; with Expiration of %v it must be at most %d (and below 2^32)",
-			field, v, time.Duration(window)*time.Millisecond, min(maxLimit, maxLimitWindow/window)))
+// checkLimit rejects a limit above what a window's count slot holds. Any
+// valid limit works with any window: a quota too large to count in
+// milliseconds is counted in coarser steps (see package timestep).
+func checkLimit(field string, v int) {
+	if int64(v) > maxLimit {
+		panic(fmt.Sprintf("limiter: %s is %d; it must be at most %d (below 2^32)", field, v, maxLimit))
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"time"
+
+	"github.com/fiberlimit/limiter/internal/timestep"
 )
 
 // InfDuration is the RetryAfter of a request that can never be admitted,
@@ -44,36 +46,55 @@ const (
 )
 
 // rule is everything a backend needs, besides the key and the cost, to decide.
-// Times are integers in milliseconds, in both backends: the Redis twins of
-// the step functions work in Lua doubles, which are exact integers below
-// 2^53, and headers carry whole seconds anyway.
+// Times are integers in steps of step ms (see package timestep), in both
+// backends: the Redis twins of the step functions work in Lua doubles,
+// which are exact integers below 2^53, so limit*window (window in steps) is
+// at most 2^51. The step is 1 ms but for quotas too large for that, and
+// headers carry whole seconds anyway.
 type rule struct {
 	limit  int64 // units admitted per window (the token bucket's refill per window)
 	burst  int64 // token bucket capacity; equal to limit for the windows
-	window int64 // ms, >= 1
+	window int64 // steps, >= 1
+	step   int64 // ms per step; 0 (rules built by tests) means 1
 }
 
-// maxLimitWindow bounds limit*window (and burst*window, window in ms) so that
-// every product the step functions form (at most about 3*limit*window) is an
-// exact integer in an int64 and in a Lua double (below 2^53): 26 million a
-// day or 868,000 per 30 days are within it.
-const maxLimitWindow = 1 << 51
+// newRule is the rule of limit per window (with burst) for quotas up to
+// most: the step is the finest that keeps most × window exact.
+func newRule(limit, burst int64, window time.Duration, most int64) rule {
+	ms := windowMillis(window)
+	step := timestep.For(most, ms)
+	return rule{limit: limit, burst: burst, window: timestep.Steps(ms, step), step: step}
+}
+
+// at is the time nowMS (ms, >= 0) in the rule's steps.
+func (r rule) at(nowMS int64) int64 {
+	if r.step > 1 {
+		return nowMS / r.step
+	}
+	return nowMS
+}
+
+// stepMillis is the length of a step in ms.
+func (r rule) stepMillis() int64 { return max(1, r.step) }
+
+// span is n steps as a Duration, saturating as millis does.
+func (r rule) span(n int64) time.Duration {
+	if step := r.stepMillis(); step > 1 {
+		if n > math.MaxInt64/step {
+			return millis(math.MaxInt64)
+		}
+		n *= step
+	}
+	return millis(n)
+}
 
 // maxLimit bounds a limit so that a window's count fits the uint32 slot the
 // in-memory manager keeps it in.
 const maxLimit = math.MaxUint32
 
-// clampLimit caps a per-request limit (from MaxFunc) at what the arithmetic
-// supports for this window; such a limit is effectively unlimited anyway.
-func clampLimit(limit, window int64) int64 {
-	if limit > maxLimit {
-		limit = maxLimit
-	}
-	if limit > maxLimitWindow/window {
-		limit = maxLimitWindow / window
-	}
-	return limit
-}
+// clampLimit caps a per-request limit (from MaxFunc) at maxLimit; such a
+// limit is effectively unlimited anyway.
+func clampLimit(limit int64) int64 { return min(limit, maxLimit) }
 
 // state is one key's stored state. Its fields mean what the algorithm says.
 type state struct {

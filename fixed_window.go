@@ -36,11 +36,11 @@ func (fixedWindow) take(s state, now int64, r rule, cost int64) (state, Decision
 		d.Allowed = true
 		d.countedIn = start
 	default:
-		d.RetryAfter = millis(start + r.window - now)
+		d.RetryAfter = r.span(start + r.window - now)
 	}
 	d.Remaining = int(max(0, r.limit-count))
 	if count > 0 {
-		d.ResetAfter = millis(start + r.window - now)
+		d.ResetAfter = r.span(start + r.window - now)
 	}
 	return s, d
 }

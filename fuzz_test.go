@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/timestep"
 	"github.com/stretchr/testify/require"
 )
 
@@ -77,7 +78,7 @@ func fuzzAlgorithm(f *testing.F, alg algorithm, newModel func(rule) fuzzModel) {
 		{10, 10, 1000, []byte{opTake, 8, opWait, 100, opLate, 50, 1, opWaitWindows, 32, opTake, 2, opTake, 1, opWait, 125, opTake, 1, opTake, 3}},
 		// The largest limits and windows the arithmetic allows.
 		{large(maxLimit), large(maxLimit), 7, []byte{opTakeHuge, 0, opTakeHuge, 2, opWait, 1, opTakeHuge, 2, opRefund, 0, opJump, 33, opTakeHuge, 0, opRefund, 1}},
-		{1, 1, large(maxLimitWindow), []byte{opTake, 1, opJump, 40, opTake, 1, opWaitWindows, 33, opTake, 1}},
+		{1, 1, large(timestep.MaxProduct), []byte{opTake, 1, opJump, 40, opTake, 1, opWaitWindows, 33, opTake, 1}},
 		// Found by fuzzing, fixed: a late sliding take of cost 0 was rejected
 		// (take(0, 2), take(15, 1), then take(12, 0) at limit 2 per 10 ms).
 		{2, 2, 10, []byte{0, 2, 2, 15, 0, 1, 6, 2, 0}},
@@ -99,11 +100,11 @@ func fuzzAlgorithm(f *testing.F, alg algorithm, newModel func(rule) fuzzModel) {
 // (1..50) and windows (1..5000 ms), sometimes anything the arithmetic allows.
 // burst is only the token bucket's.
 func fuzzRule(alg algorithm, limit, burst, window uint64) rule {
-	w := fuzzSize(window, 5000, maxLimitWindow)
-	r := rule{limit: min(fuzzSize(limit, 50, maxLimit), maxLimitWindow/w), window: w}
+	w := fuzzSize(window, 5000, timestep.MaxProduct)
+	r := rule{limit: min(fuzzSize(limit, 50, maxLimit), timestep.MaxProduct/w), window: w}
 	r.burst = r.limit
 	if alg == algToken {
-		r.burst = min(fuzzSize(burst, 50, maxLimit), maxLimitWindow/w)
+		r.burst = min(fuzzSize(burst, 50, maxLimit), timestep.MaxProduct/w)
 	}
 	return r
 }
@@ -123,7 +124,7 @@ func fuzzSize(v uint64, small, large int64) int64 {
 
 // hugeCost is a cost at the edge of capacity or far past it.
 func hugeCost(capacity, arg int64) int64 {
-	return [...]int64{capacity, capacity + 1, max(0, capacity-1), 2 * capacity, math.MaxInt64, maxLimitWindow}[arg%6]
+	return [...]int64{capacity, capacity + 1, max(0, capacity-1), 2 * capacity, math.MaxInt64, timestep.MaxProduct}[arg%6]
 }
 
 // fuzzTrace plays one fuzz input against a step function and a model.

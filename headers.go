@@ -165,11 +165,11 @@ func quota(alg algorithm, r rule) int64 {
 // policyWindow is the w of the IETF RateLimit-Policy for rule r: the
 // window, or for the token bucket the time an empty bucket takes to fill.
 func policyWindow(alg algorithm, r rule) time.Duration {
-	ms := r.window
+	steps := r.window
 	if alg == algToken && r.burst != r.limit {
-		ms = (r.burst*r.window + r.limit - 1) / r.limit // below 2^63: both products are within maxLimitWindow
+		steps = ceilDiv(r.burst*r.window, r.limit) // burst*window is within 2^51
 	}
-	return time.Duration(ms) * time.Millisecond
+	return r.span(steps)
 }
 
 // rejectedBehind is the request's user value that says a limiter behind

@@ -132,27 +132,34 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 	if cfg.Storage != nil {
 		claimIdentity(h, cfg.Storage, prefix, cfg.Name != "")
 	}
-	h.retryClosed = time.Duration(max(1, ceilSeconds(cfg.BreakerCooldown))) * time.Second
-	h.retryUnavailable = []byte(strconv.FormatInt(max(1, ceilSeconds(cfg.BreakerCooldown)), 10))
+	cooldown := max(1, ceilSeconds(cfg.BreakerCooldown))
+	h.retryClosed = millis(cooldown * 1000) // saturates for the longest cool-downs
+	h.retryUnavailable = strconv.AppendInt(nil, cooldown, 10)
 	return h.serve
 }
 
 // limitsOf returns the limits of cfg (defaults applied): Limits, or Max
-// per Expiration (with Burst).
+// per Expiration (with Burst). Each rule's time step fits its largest
+// quota: with MaxFunc, the largest a limit can be.
 func limitsOf(cfg *Config) limits {
 	if len(cfg.Limits) == 0 {
-		r := rule{limit: int64(cfg.Max), burst: int64(cfg.Max), window: windowMillis(cfg.Expiration)}
+		limit, burst := int64(cfg.Max), int64(cfg.Max)
 		if cfg.Burst > 0 {
-			r.burst = int64(cfg.Burst)
+			burst = int64(cfg.Burst)
 		}
-		return one(r)
+		most := max(limit, burst)
+		if cfg.MaxFunc != nil {
+			most = maxLimit
+		}
+		return one(newRule(limit, burst, cfg.Expiration, most))
 	}
 	ls := limits{n: len(cfg.Limits)}
 	for i, l := range cfg.Limits {
-		ls.r[i] = rule{limit: int64(l.Max), burst: int64(l.Max), window: windowMillis(l.Expiration)}
+		limit, burst := int64(l.Max), int64(l.Max)
 		if l.Burst > 0 {
-			ls.r[i].burst = int64(l.Burst)
+			burst = int64(l.Burst)
 		}
+		ls.r[i] = newRule(limit, burst, l.Expiration, max(limit, burst))
 	}
 	return ls
 }
@@ -168,7 +175,7 @@ func (h *handler) serve(c *fiber.Ctx) error {
 			return c.Next()
 		}
 		r := &ls.r[0]
-		r.limit = clampLimit(limit, r.window)
+		r.limit = clampLimit(limit)
 		if !h.fixedBurst {
 			r.burst = r.limit
 		}
@@ -281,7 +288,7 @@ func (h *handler) report(c *fiber.Ctx, key string, cost int64, v *verdict, src D
 		Remaining:  d.Remaining,
 		Cost:       int(cost),
 		RetryAfter: v.retryAfter(),
-		Expiration: time.Duration(h.base.r[i].window) * time.Millisecond,
+		Expiration: h.base.r[i].span(h.base.r[i].window),
 		Algorithm:  h.algorithm,
 		Backend:    h.backendName,
 		Source:     src,

@@ -90,7 +90,8 @@ func (v *verdict) tightest() int {
 	return best
 }
 
-// decide applies a to the states of every limit at now for a request of
+// decide applies a to the states of every limit at now (ms; each limit
+// decides in its own steps) for a request of
 // cost. When every limit admits it, sts holds the states with the cost
 // counted; otherwise sts is left as it was, and a limit that alone would
 // have admitted it is decided again at cost 0, so that its part describes
@@ -99,13 +100,13 @@ func (v *verdict) tightest() int {
 func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int64) verdict {
 	v := verdict{n: ls.n}
 	if ls.n == 1 {
-		sts[0], v.each[0] = a.take(sts[0], now, ls.r[0], cost)
+		sts[0], v.each[0] = a.take(sts[0], ls.r[0].at(now), ls.r[0], cost)
 		return v
 	}
 	var next [maxLimits]state
 	allowed := true
 	for i := range ls.n {
-		next[i], v.each[i] = a.take(sts[i], now, ls.r[i], cost)
+		next[i], v.each[i] = a.take(sts[i], ls.r[i].at(now), ls.r[i], cost)
 		allowed = allowed && v.each[i].Allowed
 	}
 	if allowed {
@@ -114,7 +115,7 @@ func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int
 	}
 	for i := range ls.n {
 		if v.each[i].Allowed {
-			_, v.each[i] = a.take(sts[i], now, ls.r[i], 0)
+			_, v.each[i] = a.take(sts[i], ls.r[i].at(now), ls.r[i], 0)
 			v.each[i].Allowed, v.each[i].countedIn = false, 0 // nothing was counted
 		}
 	}
@@ -127,11 +128,11 @@ func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int
 // the headers. The Lua twins do the same in one script call.
 func (a algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost int64, v *verdict) verdict {
 	for i := range ls.n {
-		sts[i] = a.refund(sts[i], now, ls.r[i], cost, v.each[i])
+		sts[i] = a.refund(sts[i], ls.r[i].at(now), ls.r[i], cost, v.each[i])
 	}
 	after := a.decide(sts, now, ls, 0)
 	for i := range ls.n {
-		if a.expiry(sts[i], ls.r[i]) <= now {
+		if a.expiry(sts[i], ls.r[i]) <= ls.r[i].at(now) {
 			sts[i] = state{} // what it holds has ended: kept as nothing, as the Lua twins keep it
 		}
 	}
@@ -143,7 +144,7 @@ func (a algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost 
 func (a algorithm) expiryAll(sts *[maxLimits]state, ls *limits) int64 {
 	exp := int64(0)
 	for i := range ls.n {
-		exp = max(exp, a.expiry(sts[i], ls.r[i]))
+		exp = max(exp, a.expiry(sts[i], ls.r[i])*ls.r[i].stepMillis())
 	}
 	return exp
 }

@@ -22,8 +22,8 @@ const exampleRedisEnv = "LIMITER_EXAMPLE_REDIS"
 // fasthttp's one process-wide goroutine that refreshes its Date header,
 // the two that Fiber's own limiter leaves running for good (its memory
 // storage's gc loop and its timestamp updater), which only the comparison
-// benchmarks start, the clock updater that every Fiber cache middleware
-// starts for good, and fasthttp's cleaners that outlive the gateway tests
+// benchmarks start, the clock updaters that every Fiber cache middleware
+// (and its memory storage) starts for good, and fasthttp's cleaners that outlive the gateway tests
 // by a few seconds: those of the client behind proxy.Forward (its dialer's
 // address cache, its hosts, a host's idle connections), and that of the
 // upstream server's worker pool, which checks for its stop only after a
@@ -54,6 +54,7 @@ func TestMain(m *testing.M) {
 			goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/internal/memory.(*Storage).gc"),
 			goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/utils.StartTimeStampUpdater.func1.1"),
 			goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/middleware/cache.New.func2"),
+			goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/internal/memory.New.StartTimeStampUpdater.func1.1"),
 			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),

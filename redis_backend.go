@@ -57,10 +57,14 @@ func (b *redisBackend) probe(ctx context.Context) error {
 	return b.store.Conn().Ping(ctx).Err()
 }
 
-// rules converts ls to the store's rules.
+// rules converts ls to the store's rules, with their steps.
 func (b *redisBackend) rules(ls *limits, into *[maxLimits]redis.Rule) []redis.Rule {
 	for i, r := range ls.r[:ls.n] {
-		into[i] = redis.Rule{Algorithm: b.alg, Limit: r.limit, Burst: r.burst, Window: time.Duration(r.window) * time.Millisecond}
+		into[i] = redis.Rule{
+			Algorithm: b.alg, Limit: r.limit, Burst: r.burst,
+			Window: r.span(r.window), // the longest Duration for a window that long: it rounds to the same steps
+			Step:   time.Duration(r.stepMillis()) * time.Millisecond,
+		}
 	}
 	return into[:ls.n]
 }

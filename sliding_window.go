@@ -68,14 +68,14 @@ func (w slidingWindow) take(s state, now int64, r rule, cost int64) (state, Deci
 		d.Allowed = true
 		d.countedIn = start
 	default:
-		d.RetryAfter = millis(w.retryAfter(elapsed, cur, prev, r, cost))
+		d.RetryAfter = r.span(w.retryAfter(elapsed, cur, prev, r, cost))
 	}
 	d.Remaining = int(min(r.limit, max(0, r.limit-cur-ceilDiv(weighted, r.window))))
 	switch {
 	case cur > 0:
-		d.ResetAfter = millis(start + 2*r.window - now)
+		d.ResetAfter = r.span(start + 2*r.window - now)
 	case prev > 0:
-		d.ResetAfter = millis(start + r.window - now)
+		d.ResetAfter = r.span(start + r.window - now)
 	}
 	return s, d
 }

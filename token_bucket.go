@@ -47,10 +47,10 @@ func (b tokenBucket) take(s state, now int64, r rule, cost int64) (state, Decisi
 		d.Allowed = true
 		d.countedIn = s.a + debt/r.limit // when this cost will have refilled (rounded down)
 	default:
-		d.RetryAfter = millis(ceilDiv(debt+cost*r.window-capacity, r.limit))
+		d.RetryAfter = r.span(ceilDiv(debt+cost*r.window-capacity, r.limit))
 	}
 	d.Remaining = int(max(0, r.burst-ceilDiv(debt, r.window)))
-	d.ResetAfter = millis(ceilDiv(debt, r.limit))
+	d.ResetAfter = r.span(ceilDiv(debt, r.limit))
 	return s, d
 }
 

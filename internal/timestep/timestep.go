@@ -16,16 +16,30 @@ const MaxProduct = 1 << 51
 
 // For returns the step, in ms, for a limit whose quota (its largest count:
 // the limit, or a token bucket's burst) is at most quota, over a window of
-// windowMS ms: 1 when quota × windowMS fits within MaxProduct, else the
-// smallest step for which quota × (windowMS in steps, rounded up) does.
-// quota must be in [1, 2^32) and windowMS >= 1.
+// windowMS ms: 1 when quota × windowMS fits within MaxProduct, else about
+// the smallest step for which quota × (windowMS in steps, rounded up)
+// does: the first of the next divisorSearch steps from it that divides the
+// window, so that the window stays exact (an hour in steps of 8 ms, not
+// 3600.002 s in steps of 7), or failing that the smallest. quota must be
+// in [1, 2^32) and windowMS >= 1.
 func For(quota, windowMS int64) int64 {
 	per := MaxProduct / quota // the longest window, in steps, that fits; >= 2^19
 	if windowMS <= per {
 		return 1
 	}
-	return (windowMS + per - 1) / per
+	least := (windowMS + per - 1) / per
+	for step := least; step < least+divisorSearch; step++ {
+		if windowMS%step == 0 {
+			return step
+		}
+	}
+	return least
 }
+
+// divisorSearch is how many steps For tries for one that divides the
+// window: enough for the windows people write (minutes, hours, days, 30
+// days, a year), and a bound on the work of a call.
+const divisorSearch = 256
 
 // Steps is the window of windowMS ms in whole steps of step ms, rounded up.
 func Steps(windowMS, step int64) int64 {

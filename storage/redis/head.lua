@@ -10,15 +10,17 @@
 -- never sees CROSSSLOT). ARGV[1]: the request, packed by the Go side in one
 -- string so that it is one argument to pass and one C call to read
 -- (little-endian): flags (1 byte: 1 = refund, 2 = use the server's TIME),
--- cost (5 bytes) and now (6), then for each limit its limit and burst (4
--- bytes each), window (7) and counted_in (7). Times are integers in
--- milliseconds (Redis 6 and later replicate a script's writes, not the
--- script, so TIME is safe to use). Numbers are Lua doubles: every integer
+-- cost (5 bytes) and now (6, in ms), then for each limit its limit and
+-- burst (4 bytes each), window (7), step (4) and counted_in (7). A limit
+-- keeps time in whole steps of `step` ms (1 but for very large quotas):
+-- its window, its state's times and counted_in are in steps, and its
+-- answer is in ms. (Redis 6 and later replicate a script's writes, not the
+-- script, so TIME is safe to use.) Numbers are Lua doubles: every integer
 -- the scripts form stays below 2^53, where doubles are exact (the Go side
--- checks limit * window <= 2^51).
+-- checks limit * window <= 2^51, window in steps).
 local key = KEYS[1]
 local flags, request_cost, request_now = struct.unpack('<BI5I6', ARGV[1])
-local n = (#ARGV[1] - 12) / 22
+local n = (#ARGV[1] - 12) / 26
 local refund = flags % 2 == 1
 
 -- idiv is floor(a / b) for integers a >= 0 and b > 0, corrected for the
@@ -58,9 +60,10 @@ local admitted, never, admits, exp_all = 1, 0, 0, 0
 for pass = 1, 2 do
   for i = 1, n do
     if pass == 1 or math.floor(admits / 2 ^ i) % 2 == 1 then
-      local limit, burst, window, counted_in =
-        struct.unpack('<I4I4I7I7', ARGV[1], 22 * i - 9)
-      local cost, now = request_cost, request_now
+      local limit, burst, window, step, counted_in =
+        struct.unpack('<I4I4I7I4I7', ARGV[1], 26 * i - 13)
+      local at = idiv(request_now, step) -- now in the limit's steps
+      local cost, now = request_cost, at
       if pass == 2 then
         cost = 0
       end
@@ -68,7 +71,7 @@ for pass = 1, 2 do
       -- and exp: the state to keep, packed by the struct format fmt, which
       -- holds nothing from exp on (a take sets them when it admits, a
       -- refund always). A take's answer is allowed (0 or 1), remaining,
-      -- reset and retry (ms; retry < 0 means never) and counted (where an
-      -- admitted cost was counted, for a refund).
+      -- reset and retry (steps; retry < 0 means never) and counted (where
+      -- an admitted cost was counted, for a refund).
       local a, b, c, fmt, exp = 0, 0, 0, nil, nil
       local allowed, remaining, reset, retry, counted = 0, 0, 0, 0, 0

@@ -236,6 +236,7 @@ func testTakeArg() string {
 	binary.LittleEndian.PutUint32(arg[12:], 1000)
 	binary.LittleEndian.PutUint32(arg[16:], 1000)
 	putUint(arg[20:27], uint64(time.Hour/time.Millisecond))
+	binary.LittleEndian.PutUint32(arg[27:], 1) // a step of 1 ms
 	return string(arg[:])
 }
 

@@ -27,6 +27,14 @@ type Rule struct {
 	Burst int64
 	// Window is the window's length, at least 1 ms.
 	Window time.Duration
+	// Step is the time step the rule is decided in: a state keeps whole
+	// steps, and a Window is a whole number of them (rounded up). 0 picks
+	// the finest step, 1 ms or more, for which the arithmetic stays exact
+	// (Limit and Burst × Window in steps at most 2^51): 1 ms for all but
+	// very large quotas, such as a billion per 30 days (about 1.2 s). A key
+	// whose Limit changes from call to call (a per-client limit) needs the
+	// same Step on every call: the step of the largest Limit it can have.
+	Step time.Duration
 }
 
 // capacity is the quota a decision is made against: Burst for a token

@@ -21,6 +21,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/timestep"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -128,11 +129,6 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 // Conn returns the client the Store uses.
 func (s *Store) Conn() redis.UniversalClient { return s.client }
 
-// maxExact bounds limit*window (window in ms): every integer the scripts
-// form is at most about 3*limit*window, and must stay below 2^53, where Lua
-// doubles are exact.
-const maxExact = 1 << 51
-
 // MaxRules is the most rules TakeAll and RefundAll decide together.
 const MaxRules = 7
 
@@ -143,7 +139,7 @@ const (
 	argServerTime = 2
 	resAllowed    = 1
 	argHeadSize   = 1 + 5 + 6
-	argRuleSize   = 4 + 4 + 7 + 7
+	argRuleSize   = 4 + 4 + 7 + 4 + 7
 	resHeadSize   = 1
 	resRuleSize   = 4 + 7 + 7 + 7
 )
@@ -174,7 +170,7 @@ func (s *Store) run(ctx context.Context, key string, rules []Rule, cost int64, f
 	var arg [argHeadSize + MaxRules*argRuleSize]byte
 	most := int64(0) // the largest quota of the rules
 	for i, rule := range rules {
-		window, err := rule.check(alg)
+		window, step, err := rule.check(alg)
 		if err != nil {
 			return "", fmt.Errorf("limiter: redis %s: %w", mode, err)
 		}
@@ -189,7 +185,8 @@ func (s *Store) run(ctx context.Context, key string, rules []Rule, cost int64, f
 		binary.LittleEndian.PutUint32(p, uint32(rule.Limit))
 		binary.LittleEndian.PutUint32(p[4:], uint32(rule.capacity()))
 		putUint(p[8:15], uint64(window))
-		putUint(p[15:22], uint64(countedIn))
+		binary.LittleEndian.PutUint32(p[15:], uint32(step))
+		putUint(p[19:26], uint64(countedIn))
 	}
 	// A cost above a rule's quota is never admitted under it, and a refund
 	// of it credits everything: the scripts decide the same for the
@@ -222,25 +219,40 @@ func (s *Store) run(ctx context.Context, key string, rules []Rule, cost int64, f
 }
 
 // check validates a rule of a call whose rules are all of alg, and returns
-// its window in whole ms (rounded up).
-func (r Rule) check(alg Algorithm) (int64, error) {
+// its window in steps (rounded up) and its step in ms (see Rule.Step).
+func (r Rule) check(alg Algorithm) (window, step int64, err error) {
 	if r.Algorithm < FixedWindow || r.Algorithm > TokenBucket {
-		return 0, fmt.Errorf("unknown algorithm %d", r.Algorithm)
+		return 0, 0, fmt.Errorf("unknown algorithm %d", r.Algorithm)
 	}
 	if r.Algorithm != alg {
-		return 0, fmt.Errorf("rules of algorithms %d and %d in one call; give rules of one algorithm", alg, r.Algorithm)
+		return 0, 0, fmt.Errorf("rules of algorithms %d and %d in one call; give rules of one algorithm", alg, r.Algorithm)
 	}
-	if r.Limit <= 0 || r.Window < time.Millisecond || r.Burst < 0 {
-		return 0, fmt.Errorf("rule needs Limit > 0, Burst >= 0 and Window >= 1ms, got %d (burst %d) per %v", r.Limit, r.Burst, r.Window)
+	if r.Limit <= 0 || r.Window < time.Millisecond || r.Burst < 0 || r.Step < 0 {
+		return 0, 0, fmt.Errorf("rule needs Limit > 0, Burst >= 0, Step >= 0 and Window >= 1ms, got %d (burst %d) per %v", r.Limit, r.Burst, r.Window)
 	}
-	window := int64(r.Window / time.Millisecond) // rounded up, without overflow
-	if r.Window%time.Millisecond != 0 {
-		window++
+	quota := max(r.Limit, r.capacity())
+	if quota > math.MaxUint32 {
+		return 0, 0, fmt.Errorf("limit %d is too large: it must be below 2^32", quota)
 	}
-	if quota := max(r.Limit, r.capacity()); quota > math.MaxUint32 || quota > maxExact/window {
-		return 0, fmt.Errorf("limit %d per %v is too large: it must be below 2^32, and limit × window in ms at most 2^51", quota, r.Window)
+	ms := ceilMillis(r.Window)
+	step = timestep.For(quota, ms)
+	if r.Step > 0 {
+		step = ceilMillis(r.Step)
 	}
-	return window, nil
+	window = timestep.Steps(ms, step)
+	if step > math.MaxUint32 || quota > timestep.MaxProduct/window {
+		return 0, 0, fmt.Errorf("limit %d per %v in steps of %v is too fine: limit × window in steps must be at most 2^51, with a step below 2^32 ms; leave Step 0 to have it chosen", quota, r.Window, r.Step)
+	}
+	return window, step, nil
+}
+
+// ceilMillis is d in whole ms, rounded up, without overflow.
+func ceilMillis(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
 }
 
 // runScript calls alg's script for key with arg in one round trip: EVALSHA,

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -540,23 +541,26 @@ func assertStoreError(t *testing.T, err error) {
 
 // Limit*Window in ms (with the window rounded up, and Burst for the bucket)
 // must be at most 2^51, where the scripts' doubles stay exact; beyond it
-// Take and Refund fail and write nothing.
+// Take and Refund fail and write nothing. Beyond what 1 ms steps carry,
+// without a Step given, a rule is decided in coarser steps, and works.
 func TestRuleTooLarge(t *testing.T) {
 	const big = int64(1) << 31 // 2^31 * 2^20 ms = 2^51 exactly
 	w := (1 << 20) * time.Millisecond
+	const milli = time.Millisecond
 	tooLarge := []struct {
 		name string
 		rule Rule
 	}{
-		{"fixed 2^31+1 per 2^20 ms", Rule{Algorithm: FixedWindow, Limit: big + 1, Window: w}},
-		{"sliding 2^31+1 per 2^20 ms", Rule{Algorithm: SlidingWindow, Limit: big + 1, Window: w}},
-		{"bucket 2^31+1 per 2^20 ms", Rule{Algorithm: TokenBucket, Limit: big + 1, Window: w}},
-		{"bucket Burst 2^31+1", Rule{Algorithm: TokenBucket, Limit: 1, Burst: big + 1, Window: w}},
+		// With a Step of 1 ms given, limit × window must fit at that step.
+		{"fixed 2^31+1 per 2^20 ms at 1 ms", Rule{Algorithm: FixedWindow, Limit: big + 1, Window: w, Step: milli}},
+		{"sliding 2^31+1 per 2^20 ms at 1 ms", Rule{Algorithm: SlidingWindow, Limit: big + 1, Window: w, Step: milli}},
+		{"bucket 2^31+1 per 2^20 ms at 1 ms", Rule{Algorithm: TokenBucket, Limit: big + 1, Window: w, Step: milli}},
+		{"bucket Burst 2^31+1 at 1 ms", Rule{Algorithm: TokenBucket, Limit: 1, Burst: big + 1, Window: w, Step: milli}},
 		// 2^20 ms + 1ns is rounded up to 2^20 + 1 ms.
-		{"window rounded up past the bound", Rule{Algorithm: FixedWindow, Limit: big, Window: w + 1}},
-		{"1e9 per 30 days", Rule{Algorithm: SlidingWindow, Limit: 1_000_000_000, Window: 30 * 24 * time.Hour}},
-		{"400 per 2e6 hours", Rule{Algorithm: FixedWindow, Limit: 400, Window: 2_000_000 * time.Hour}},
+		{"window rounded up past the bound at 1 ms", Rule{Algorithm: FixedWindow, Limit: big, Window: w + 1, Step: milli}},
+		// A count must fit its 4 bytes, whatever the step.
 		{"2^32 per ms", Rule{Algorithm: FixedWindow, Limit: 1 << 32, Window: time.Millisecond}},
+		{"bucket Burst 2^32", Rule{Algorithm: TokenBucket, Limit: 1, Burst: 1 << 32, Window: time.Hour}},
 	}
 	valid := []struct {
 		name string
@@ -569,6 +573,12 @@ func TestRuleTooLarge(t *testing.T) {
 		{"window rounded up to the bound", Rule{Algorithm: FixedWindow, Limit: big, Window: w - time.Millisecond + 1}},
 		// The windows ignore Burst.
 		{"fixed with a huge Burst", Rule{Algorithm: FixedWindow, Limit: 1, Burst: 1 << 62, Window: w}},
+		// Beyond the bound at 1 ms, a coarser step (Step 0 picks it).
+		{"fixed 2^31+1 per 2^20 ms", Rule{Algorithm: FixedWindow, Limit: big + 1, Window: w}},
+		{"bucket 2^31+1 per 2^20 ms", Rule{Algorithm: TokenBucket, Limit: big + 1, Window: w}},
+		{"1e9 per 30 days", Rule{Algorithm: SlidingWindow, Limit: 1_000_000_000, Window: 30 * 24 * time.Hour}},
+		{"400 per 2e6 hours", Rule{Algorithm: FixedWindow, Limit: 400, Window: 2_000_000 * time.Hour}},
+		{"2^32-1 per the longest Duration", Rule{Algorithm: TokenBucket, Limit: 1<<32 - 1, Window: time.Duration(math.MaxInt64)}},
 	}
 
 	c := newClock()
@@ -577,6 +587,7 @@ func TestRuleTooLarge(t *testing.T) {
 	for _, tt := range tooLarge {
 		lim := max(tt.rule.Limit, tt.rule.Burst)
 		require.True(t, lim >= 1<<32 || float64(lim)*float64((tt.rule.Window+time.Millisecond-1)/time.Millisecond) > float64(int64(1)<<51), tt.name)
+		require.True(t, lim >= 1<<32 || tt.rule.Step == time.Millisecond, tt.name)
 		t.Run(tt.name, func(t *testing.T) {
 			// On a key with state: the state stays as it was.
 			good := Rule{Algorithm: tt.rule.Algorithm, Limit: 5, Window: time.Second}
@@ -590,7 +601,7 @@ func TestRuleTooLarge(t *testing.T) {
 			for _, k := range []string{key, "fresh:" + tt.name} {
 				r, err := store.Take(ctx, k, tt.rule, 1)
 				assertStoreError(t, err)
-				assert.Contains(t, err.Error(), "too large")
+				assert.Regexp(t, "too large|too fine", err.Error())
 				assert.Equal(t, Result{}, r)
 				assertStoreError(t, store.Refund(ctx, k, tt.rule, 1, r.CountedIn))
 			}

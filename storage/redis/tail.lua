@@ -9,16 +9,16 @@
         if retry < 0 then
           never, retry = never + 2 ^ i, 0
         end
-        if exp and exp > request_now then
+        if exp and exp > at then
           value = value .. struct.pack(fmt, a, b, c)
-          exp_all = math.max(exp_all, exp)
+          exp_all = math.max(exp_all, exp * step)
         elseif exp then
           value = value .. struct.pack(fmt, 0, 0, 0) -- a state that holds nothing
         end
-        answer = answer .. struct.pack('<I4I7I7I7', remaining, reset, retry, counted)
+        answer = answer .. struct.pack('<I4I7I7I7', remaining, reset * step, retry * step, counted)
       else
         -- nothing was counted
-        again = again .. struct.pack('<I4I7I7I7', remaining, reset, retry, 0)
+        again = again .. struct.pack('<I4I7I7I7', remaining, reset * step, retry * step, 0)
       end
     else
       again = again .. string.sub(answer, 25 * i - 24, 25 * i)
@@ -33,7 +33,8 @@ if again ~= '' then
 end
 
 -- A refund writes every limit's state back, and so does a take that counted
--- a cost; the key lives until the last of them holds nothing.
+-- a cost; the key lives until the last of them holds nothing (exp_all, in
+-- ms).
 if refund or (admitted == 1 and request_cost > 0) then
   if exp_all > request_now then
     redis.call('SET', key, value, 'PX', exp_all - request_now)

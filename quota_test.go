@@ -1,0 +1,134 @@
+package limiter
+
+import (
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Any Max below 2^32 works with any Expiration up to the longest Duration,
+// in both backends and each algorithm: a take of Max-3 then three of 1
+// leave exactly 3, 2, 1 and 0, the next is rejected with a Retry-After
+// within the window, and the headers carry the quota and a window no
+// shorter than Expiration (quotas that milliseconds cannot carry exactly
+// are counted in coarser steps, which round the window up by less than a
+// step).
+func TestLargeQuotas(t *testing.T) {
+	const never = time.Duration(math.MaxInt64)
+	quotas := []struct {
+		name string
+		max  int
+		exp  time.Duration
+	}{
+		{"10^8 per day", 100_000_000, 24 * time.Hour},
+		{"10^9 per 30 days", 1_000_000_000, 30 * 24 * time.Hour},
+		{"2*10^9 per year", 2_000_000_000, 365 * 24 * time.Hour},
+		{"2^32-1 per hour", math.MaxUint32, time.Hour},
+		{"5 per the longest Duration", 5, never},
+		{"2*10^9 per the longest Duration", 2_000_000_000, never},
+	}
+	cost := func(c *fiber.Ctx) int {
+		n, _ := strconv.Atoi(c.Get("X-Cost"))
+		return n
+	}
+	for _, alg := range algorithms {
+		for _, b := range limitBackends() {
+			for _, q := range quotas {
+				t.Run(alg.name+"/"+b.name+"/"+q.name, func(t *testing.T) {
+					app := newApp(b.config(t, Config{
+						Max: q.max, Expiration: q.exp, LimiterMiddleware: alg.mw, Cost: cost, Headers: HeadersBoth,
+					}), &testClock{}, nil)
+					send := func(cost int) *http.Response {
+						req := httptest.NewRequest(http.MethodGet, "/", nil)
+						req.Header.Set("X-Cost", strconv.Itoa(cost))
+						resp, err := app.Test(req, -1)
+						require.NoError(t, err)
+						require.NoError(t, resp.Body.Close())
+						return resp
+					}
+					for i, c := range []int{q.max - 3, 1, 1, 1} {
+						resp := send(c)
+						require.Equal(t, 200, resp.StatusCode, "take %d of %d", i, c)
+						assert.Equal(t, strconv.Itoa(q.max), resp.Header.Get("X-RateLimit-Limit"))
+						assert.Equal(t, strconv.Itoa(3-i), resp.Header.Get("X-RateLimit-Remaining"), "take %d", i)
+					}
+					resp := send(1)
+					require.Equal(t, 429, resp.StatusCode)
+					retry, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64)
+					require.NoError(t, err)
+					window := ceilSeconds(q.exp)
+					assert.Positive(t, retry)
+					assert.LessOrEqual(t, retry, 2*window+1, "within the window (two for the sliding estimate)")
+					_, policy := sfItem(t, resp.Header.Get("RateLimit-Policy"))
+					assert.Equal(t, int64(q.max), policy["q"])
+					w := policy["w"].(int64)
+					assert.GreaterOrEqual(t, w, window, "w is the window")
+					assert.LessOrEqual(t, w, window+window/100_000+1, "rounded up by less than a step")
+				})
+			}
+		}
+	}
+}
+
+// The longest Duration is a valid StorageTimeout and BreakerCooldown too:
+// FailClosed's 503 then says the cool-down in seconds, not 0.
+func TestLongestDurations(t *testing.T) {
+	failing := newFlakyStorage(t)
+	failing.mode.Store(storageErr)
+	app := newApp(Config{
+		Storage: failing, FailurePolicy: FailClosed,
+		StorageTimeout: time.Duration(math.MaxInt64), BreakerCooldown: time.Duration(math.MaxInt64),
+	}, nil, nil)
+	resp := get(t, app, "/", "")
+	require.Equal(t, 503, resp.StatusCode)
+	assert.Equal(t, strconv.FormatInt(ceilSeconds(time.Duration(math.MaxInt64)), 10), resp.Header.Get("Retry-After"))
+}
+
+// FuzzQuota: for any Max below 2^32, any Expiration from 1 ms to the
+// longest Duration, any cost, and takes at any time of the window, each
+// algorithm decides without overflow: Remaining in [0, Limit], durations
+// not negative, a cost above the quota never admitted and anything up to it
+// admitted on a fresh key, with exactly quota - cost left.
+func FuzzQuota(f *testing.F) {
+	f.Add(uint32(5), int64(time.Minute), uint32(1), uint16(0))
+	f.Add(uint32(math.MaxUint32), int64(math.MaxInt64), uint32(math.MaxUint32), uint16(65535))
+	f.Add(uint32(2_000_000_000), int64(365*24*time.Hour), uint32(7), uint16(3))
+	f.Fuzz(func(t *testing.T, maxQ uint32, expNS int64, cost uint32, at uint16) {
+		if maxQ == 0 {
+			maxQ = 1
+		}
+		exp := time.Duration(max(expNS, int64(time.Millisecond))) // 1 ms to the longest Duration
+		for _, alg := range []algorithm{algFixed, algSliding, algToken} {
+			cfg := Config{Max: int(maxQ), Expiration: exp}
+			ls := limitsOf(&cfg)
+			r := ls.r[0]
+			quota := quota(alg, r)
+			var sts [maxLimits]state
+			now := int64(at) * (windowMillis(exp)/65536 + 1)
+			v := alg.decide(&sts, now, &ls, int64(cost))
+			d := v.each[0]
+			require.Equal(t, int64(cost) <= quota, d.Allowed, "cost %d, quota %d", cost, quota)
+			require.Equal(t, int64(cost) > quota, d.RetryAfter == InfDuration)
+			if d.Allowed {
+				require.Equal(t, quota-int64(cost), int64(d.Remaining))
+			}
+			for _, later := range []int64{now + 1, now + windowMillis(exp)/2, now + windowMillis(exp), now + 2*windowMillis(exp)} {
+				v = alg.decide(&sts, later, &ls, 1)
+				for _, d := range v.each[:1] {
+					require.GreaterOrEqual(t, d.Remaining, 0)
+					require.LessOrEqual(t, int64(d.Remaining), quota)
+					require.GreaterOrEqual(t, d.ResetAfter, time.Duration(0))
+					require.GreaterOrEqual(t, d.RetryAfter, time.Duration(0))
+				}
+			}
+			require.GreaterOrEqual(t, policyWindow(alg, r), exp.Truncate(time.Millisecond))
+		}
+	})
+}
