@@ -89,12 +89,7 @@ func hammerUntil(t *testing.T, replicas []fasthttp.RequestHandler, key string, c
 					stop.Store(true)
 					return
 				}
-				var ctx fasthttp.RequestCtx
-				ctx.Request.Header.SetMethod(fasthttp.MethodGet)
-				ctx.Request.SetRequestURI("/")
-				ctx.Request.Header.Set("X-Key", key)
-				replicas[i%int64(len(replicas))](&ctx)
-				switch code := ctx.Response.StatusCode(); code {
+				switch code, body := serveKeyed(replicas[i%int64(len(replicas))], key); code {
 				case fiber.StatusOK:
 					admitted.Add(1)
 					at := int64(time.Since(start))
@@ -106,7 +101,7 @@ func hammerUntil(t *testing.T, replicas []fasthttp.RequestHandler, key string, c
 					}
 				case fiber.StatusTooManyRequests:
 				default:
-					t.Errorf("status %d: %s", code, ctx.Response.Body())
+					t.Errorf("status %d: %s", code, body)
 					stop.Store(true)
 					return
 				}

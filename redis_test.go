@@ -45,6 +45,17 @@ func strict(cfg Config) Config {
 	return cfg
 }
 
+// serveKeyed serves GET / with X-Key key on replica, and returns the
+// response's status and body.
+func serveKeyed(replica fasthttp.RequestHandler, key string) (int, []byte) {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.SetMethod(fasthttp.MethodGet)
+	ctx.Request.SetRequestURI("/")
+	ctx.Request.Header.Set("X-Key", key)
+	replica(&ctx)
+	return ctx.Response.StatusCode(), ctx.Response.Body()
+}
+
 // hammer sends requests for key spread over the replicas from callers
 // goroutines and returns how many were admitted. Any status but 200 and 429
 // fails the test.
@@ -61,17 +72,12 @@ func hammer(t *testing.T, replicas []fasthttp.RequestHandler, key string, reques
 				if i >= int64(requests) {
 					return
 				}
-				var ctx fasthttp.RequestCtx
-				ctx.Request.Header.SetMethod(fasthttp.MethodGet)
-				ctx.Request.SetRequestURI("/")
-				ctx.Request.Header.Set("X-Key", key)
-				replicas[i%int64(len(replicas))](&ctx)
-				switch code := ctx.Response.StatusCode(); code {
+				switch code, body := serveKeyed(replicas[i%int64(len(replicas))], key); code {
 				case fiber.StatusOK:
 					admitted.Add(1)
 				case fiber.StatusTooManyRequests:
 				default:
-					t.Errorf("status %d: %s", code, ctx.Response.Body())
+					t.Errorf("status %d: %s", code, body)
 					return
 				}
 			}
