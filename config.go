@@ -148,8 +148,9 @@ type Config struct {
 	// one client, so a host cannot walk past the limit by rotating through
 	// its network's addresses. 128 keys each address on its own. IPv4
 	// clients, and IPv4-mapped IPv6 addresses, are keyed by their address.
-	// Must be 0 (the default) to 128. A prefix that is not a multiple of 8
-	// bits, or is 32, costs an allocation per IPv6 request in memory.
+	// Must be 0 (the default) to 128. In memory, the default key reads the
+	// address without allocating, but for a prefix that is not a multiple
+	// of 8 bits, or is 32: every request then formats it as text.
 	//
 	// Default: 64
 	IPv6Prefix int
@@ -370,11 +371,9 @@ type Limit struct {
 // ConfigDefault is the config used when New is called without one, and the
 // source of every default.
 var ConfigDefault = Config{
-	Max:        5,
-	Expiration: 1 * time.Minute,
-	KeyGenerator: func(c *fiber.Ctx) string {
-		return ipKey(c.IP(), defaultIPv6Prefix)
-	},
+	Max:          5,
+	Expiration:   1 * time.Minute,
+	KeyGenerator: defaultKeyGenerator,
 	LimitReached: func(c *fiber.Ctx) error {
 		return c.SendStatus(fiber.StatusTooManyRequests)
 	},
@@ -400,6 +399,7 @@ func configDefault(config ...Config) Config {
 	// another value of the user's own, which is ambiguous. They are then
 	// cleared, so that applying the defaults again (LimiterHandler.New
 	// does) finds nothing to move.
+	checkMillisecondsOrZero("Duration", cfg.Duration, ConfigDefault.Expiration)
 	if cfg.Duration != 0 {
 		if cfg.Expiration != 0 && cfg.Expiration != ConfigDefault.Expiration && cfg.Expiration != cfg.Duration {
 			panic(fmt.Sprintf("limiter: Duration (deprecated) is %v and Expiration is %v; set only Expiration", cfg.Duration, cfg.Expiration))

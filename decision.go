@@ -52,10 +52,11 @@ const (
 // at most 2^51. The step is 1 ms but for quotas too large for that, and
 // headers carry whole seconds anyway.
 type rule struct {
-	limit  int64 // units admitted per window (the token bucket's refill per window)
-	burst  int64 // token bucket capacity; equal to limit for the windows
-	window int64 // steps, >= 1
-	step   int64 // ms per step; 0 (rules built by tests) means 1
+	limit    int64 // units admitted per window (the token bucket's refill per window)
+	burst    int64 // token bucket capacity; equal to limit for the windows
+	window   int64 // steps, >= 1
+	step     int64 // ms per step; 0 (rules built by tests) means 1
+	windowMS int64 // the window as configured, in ms: for names
 }
 
 // newRule is the rule of limit per window (with burst) for quotas up to
@@ -63,8 +64,21 @@ type rule struct {
 func newRule(limit, burst int64, window time.Duration, most int64) rule {
 	ms := windowMillis(window)
 	step := timestep.For(most, ms)
-	return rule{limit: limit, burst: burst, window: timestep.Steps(ms, step), step: step}
+	return rule{limit: limit, burst: burst, window: timestep.Steps(ms, step), step: step, windowMS: ms}
 }
+
+// ahead is how far (steps) a state's time may lie past now and still be
+// read as the state it says: a window, or a minute if longer, for the
+// clocks of replicas and Redis failovers. A state further ahead cannot
+// have been written under this rule at a time near now (it was written in
+// other steps, or by something else), and reads as no state, so that it
+// cannot hold a key off for as long as it says.
+func (r rule) ahead() int64 {
+	return max(r.window, ceilDiv(aheadMS, r.stepMillis()))
+}
+
+// aheadMS is the least of rule.ahead, in ms.
+const aheadMS = 60_000
 
 // at is the time nowMS (ms, >= 0) in the rule's steps.
 func (r rule) at(nowMS int64) int64 {

@@ -118,7 +118,7 @@ func newHeaderWriter(cfg Config, alg algorithm, ls *limits, constant bool) heade
 	for i := range ls.n {
 		name := base
 		if len(cfg.Limits) > 1 {
-			name = string(appendWindow([]byte(base+"-"), ls.r[i].window))
+			name = string(appendWindow([]byte(base+"-"), ls.r[i].windowMS))
 			if cfg.Limits[i].PolicyName != "" {
 				name = cfg.Limits[i].PolicyName
 			}
@@ -199,15 +199,7 @@ func (w *headerWriter) write(c *fiber.Ctx, v *verdict, key string, ls *limits, d
 		wait = max(1, ceilSeconds(retryAfter), exhaustedInFront(h, self))
 	}
 	if w.xRateLimit {
-		i := v.tightest()
-		d := &v.each[i]
-		if w.limits[i] != nil {
-			h.SetCanonical(headerLimit, w.limits[i])
-		} else {
-			h.SetCanonical(headerLimit, strconv.AppendInt(buf[:0], int64(d.Limit), 10))
-		}
-		h.SetCanonical(headerRemaining, strconv.AppendInt(buf[:0], int64(d.Remaining), 10))
-		h.SetCanonical(headerReset, strconv.AppendInt(buf[:0], ceilSeconds(d.ResetAfter), 10))
+		w.writeX(h, v, buf[:0])
 	}
 	if w.ietf {
 		w.writeIETF(h, v, key, ls, buf[:0], v.allowed() || dryRun)
@@ -220,26 +212,47 @@ func (w *headerWriter) write(c *fiber.Ctx, v *verdict, key string, ls *limits, d
 // writeAdmitted sets the headers of an admitted request (or one DryRun let
 // through) once the handler has run, so that they describe the state after
 // any refund and survive a handler that replaced the response; they replace
-// any X-RateLimit fields the handler set, as in Fiber. When a limiter behind
-// this one rejected the request, its fields stand: this limiter adds its
-// policies to the IETF lists and, with a limit spent, makes Retry-After no
-// earlier than that limit's quota is back (a retry sooner would be
-// rejected here).
+// any X-RateLimit fields the handler set, as in Fiber. When a limiter of
+// this package behind this one rejected the request, its fields stand:
+// this limiter adds its policies to the IETF lists, and its X-RateLimit
+// fields only if that limiter wrote none. And when something behind this
+// limiter rejected the request with a Retry-After (a limiter of any kind,
+// an upstream's 429 or 503), a limit of this one that is spent makes it no
+// earlier than that limit's quota is back: a retry sooner would be
+// rejected here.
 func (w *headerWriter) writeAdmitted(c *fiber.Ctx, v *verdict, key string, ls *limits, dryRun bool) {
+	h := &c.Response().Header
 	if c.Context().UserValue(rejectedBehind{}) == nil {
 		w.write(c, v, key, ls, dryRun)
-		return
-	}
-	var buf [256]byte
-	h := &c.Response().Header
-	if w.ietf {
-		w.writeIETF(h, v, key, ls, buf[:0], true)
+	} else {
+		var buf [256]byte
+		if w.xRateLimit && len(h.PeekBytes(headerLimit)) == 0 {
+			w.writeX(h, v, buf[:0])
+		}
+		if w.ietf {
+			w.writeIETF(h, v, key, ls, buf[:0], true)
+		}
 	}
 	if spent := v.spentFor(); spent > 0 && !dryRun {
-		if prev, ok := parseSeconds(h.PeekBytes(headerRetryAfter)); !ok || prev < spent {
+		if prev, ok := parseSeconds(h.PeekBytes(headerRetryAfter)); ok && prev < spent {
+			var buf [20]byte
 			h.SetCanonical(headerRetryAfter, strconv.AppendInt(buf[:0], spent, 10))
 		}
 	}
+}
+
+// writeX sets the X-RateLimit fields of v's most restrictive limit,
+// scratch being spare room for the values.
+func (w *headerWriter) writeX(h *fasthttp.ResponseHeader, v *verdict, scratch []byte) {
+	i := v.tightest()
+	d := &v.each[i]
+	if w.limits[i] != nil {
+		h.SetCanonical(headerLimit, w.limits[i])
+	} else {
+		h.SetCanonical(headerLimit, strconv.AppendInt(scratch, int64(d.Limit), 10))
+	}
+	h.SetCanonical(headerRemaining, strconv.AppendInt(scratch, int64(d.Remaining), 10))
+	h.SetCanonical(headerReset, strconv.AppendInt(scratch, ceilSeconds(d.ResetAfter), 10))
 }
 
 // writeIETF sets RateLimit-Policy and RateLimit for v, scratch being spare
@@ -305,20 +318,16 @@ func exhaustedInFront(h *fasthttp.ResponseHeader, self [][]byte) int64 {
 	return wait
 }
 
-// setMember sets field to members, this limiter's policies, unless the
-// field already lists other policies (of other limiters, with other
-// names): the members are then added to the list, so that a client sees
-// every policy it is under. They go first when the request was admitted:
-// the policies there are those of limiters behind this one, which wrote
-// theirs before (a limiter of another kind in front writes before the
+// setMember sets field to members, this limiter's policies, or adds them
+// to the policies the field already lists (of other limiters), so that a
+// client sees every policy it is under. They go first when the request was
+// admitted: the policies there are those of limiters behind this one, which
+// wrote theirs before (a limiter of another kind in front writes before the
 // handler, and then comes after); last on a rejection, after those of
-// limiters in front. A field that starts with this limiter's first policy
-// (as when the same handler runs twice) is replaced. scratch is spare room
-// for the joined value.
+// limiters in front. scratch is spare room for the joined value.
 func (w *headerWriter) setMember(h *fasthttp.ResponseHeader, field, members, scratch []byte, admitted bool) {
 	prev := h.PeekBytes(field)
-	first := w.names[0]
-	if len(prev) == 0 || bytes.HasPrefix(prev, first) && (len(prev) == len(first) || prev[len(first)] == ';') {
+	if len(prev) == 0 {
 		h.SetCanonical(field, members)
 		return
 	}

@@ -387,7 +387,10 @@ func TestFailClosedRetryAfterCoversLimitersInFront(t *testing.T) {
 			resp := get(t, app, "/", "")
 			require.Equal(t, fiber.StatusServiceUnavailable, resp.StatusCode)
 			assert.Equal(t, "3600", resp.Header.Get("Retry-After"))
-			assert.Empty(t, resp.Header.Get("X-RateLimit-Limit"), "the front limiter leaves the 503 as it is")
+			if mode == HeadersXRateLimit {
+				assert.Equal(t, "1", resp.Header.Get("X-RateLimit-Limit"), "the 503 has none of its own: the front limiter's")
+				assert.Equal(t, "0", resp.Header.Get("X-RateLimit-Remaining"))
+			}
 		})
 	}
 	// Alone, the 503 says the cool-down.

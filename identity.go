@@ -22,8 +22,9 @@ import (
 //
 // so that limiters differing in algorithm, in a window or in Name never
 // read each other's state, while replicas running the same code compute
-// the same prefix and share it exactly. The windows are in the prefix
-// because a state means something only under its window (a token bucket's
+// the same prefix and share it exactly. The windows (and a time step
+// other than 1 ms, as "720h@1152ms") are in the prefix because a state
+// means something only under its window and step (a token bucket's
 // debt is counted in units of 1/window token); Max and Burst are not, so a
 // deploy that changes them keeps the counts. Name holds no ':' and neither
 // do the tag and the windows, so after a given KeyPrefix the prefixes of
@@ -41,7 +42,11 @@ func keyPrefix(cfg *Config, alg algorithm, ls *limits) string {
 		if i > 0 {
 			b = append(b, '+')
 		}
-		b = appendWindow(b, r.window)
+		b = appendWindow(b, r.windowMS)
+		if r.step > 1 {
+			// A state is kept in steps: another step is another state.
+			b = append(strconv.AppendInt(append(b, '@'), r.step, 10), "ms"...)
+		}
 	}
 	return string(append(b, ':'))
 }

@@ -15,10 +15,14 @@ import (
 // fresh address in it for every request.
 const defaultIPv6Prefix = 64
 
-// isDefaultKeyGenerator reports whether f is ConfigDefault's client-address
-// key.
+// defaultKeyGenerator is ConfigDefault's KeyGenerator: the client address,
+// an IPv6 client by its /64.
+func defaultKeyGenerator(c *fiber.Ctx) string { return ipKey(c.IP(), defaultIPv6Prefix) }
+
+// isDefaultKeyGenerator reports whether f is the default client-address key
+// (whatever ConfigDefault.KeyGenerator has since been set to).
 func isDefaultKeyGenerator(f func(*fiber.Ctx) string) bool {
-	return reflect.ValueOf(f).Pointer() == reflect.ValueOf(ConfigDefault.KeyGenerator).Pointer()
+	return reflect.ValueOf(f).Pointer() == reflect.ValueOf(defaultKeyGenerator).Pointer()
 }
 
 // ipKey is the key of the client address ip when IPv6 clients are keyed by

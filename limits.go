@@ -98,6 +98,7 @@ func (v *verdict) tightest() int {
 // the state the request leaves behind. Both backends' twins (the Lua
 // scripts) do the same, pass for pass.
 func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int64) verdict {
+	plausible(sts, now, ls)
 	v := verdict{n: ls.n}
 	if ls.n == 1 {
 		sts[0], v.each[0] = a.take(sts[0], ls.r[0].at(now), ls.r[0], cost)
@@ -122,11 +123,22 @@ func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int
 	return v
 }
 
+// plausible empties a state whose time (a, in every algorithm) lies more
+// than rule.ahead past now: it was not written under this rule near now.
+func plausible(sts *[maxLimits]state, now int64, ls *limits) {
+	for i := range ls.n {
+		if r := &ls.r[i]; sts[i].a > r.at(now)+r.ahead() {
+			sts[i] = state{}
+		}
+	}
+}
+
 // refundAll credits cost back to the states of every limit, each in the
 // window its part of v says the cost was counted in, and returns the
 // verdict of a take of cost 0 after it: the state the refund leaves, for
 // the headers. The Lua twins do the same in one script call.
 func (a algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost int64, v *verdict) verdict {
+	plausible(sts, now, ls)
 	for i := range ls.n {
 		sts[i] = a.refund(sts[i], ls.r[i].at(now), ls.r[i], cost, v.each[i])
 	}

@@ -5,6 +5,9 @@ local start, count = 0, 0
 if #stored == 10 * n then
   start, count = struct.unpack(fmt, stored, 10 * i - 9)
 end
+if start > now + ahead then
+  start, count = 0, 0
+end
 if refund then
   -- Credit the window the cost was counted in, then answer as a take of
   -- cost 0 would: the state the refund leaves.

@@ -63,6 +63,10 @@ for pass = 1, 2 do
       local limit, burst, window, step, counted_in =
         struct.unpack('<I4I4I7I4I7', ARGV[1], 26 * i - 13)
       local at = idiv(request_now, step) -- now in the limit's steps
+      -- A state whose time lies further ahead than this was not written
+      -- under this rule near now (other steps, or another program): it
+      -- reads as no state (the twin of rule.ahead).
+      local ahead = math.max(window, idiv(60000 + step - 1, step))
       local cost, now = request_cost, at
       if pass == 2 then
         cost = 0

@@ -19,8 +19,7 @@ const (
 type Rule struct {
 	Algorithm Algorithm
 	// Limit is the units admitted per Window (the token bucket's refill per
-	// Window). Must be > 0 and below 2^32, with Limit × Window in ms at most
-	// 2^51 (the same for Burst).
+	// Window). Must be > 0 and below 2^32 (the same for Burst); see Step.
 	Limit int64
 	// Burst is the token bucket's capacity; 0 means Limit. Ignored by the
 	// windows.
@@ -33,7 +32,9 @@ type Rule struct {
 	// (Limit and Burst × Window in steps at most 2^51): 1 ms for all but
 	// very large quotas, such as a billion per 30 days (about 1.2 s). A key
 	// whose Limit changes from call to call (a per-client limit) needs the
-	// same Step on every call: the step of the largest Limit it can have.
+	// same Step on every call: the step of the largest Limit it can have. A
+	// state found in other steps (its time far ahead of now in these) reads
+	// as no state.
 	Step time.Duration
 }
 

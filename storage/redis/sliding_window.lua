@@ -12,6 +12,9 @@ elseif #stored == 12 then
 elseif #stored == 14 then
   start, cur, prev = struct.unpack('<I6I4I4', stored)
 end
+if start > now + ahead then
+  start, cur, prev = 0, 0, 0
+end
 if now >= start then -- time never goes back for a key
   if now >= start + window then
     local k = idiv(now - start, window)

@@ -15,6 +15,9 @@ elseif #stored == 11 then
 elseif #stored == 13 then
   last, debt = struct.unpack('<I6I7', stored)
 end
+if last > now + ahead then
+  last, debt = 0, 0
+end
 local elapsed = now - last
 if elapsed > 0 then
   if elapsed >= idiv(debt + limit - 1, limit) then
