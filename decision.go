@@ -52,11 +52,10 @@ const (
 // at most 2^51. The step is 1 ms but for quotas too large for that, and
 // headers carry whole seconds anyway.
 type rule struct {
-	limit    int64 // units admitted per window (the token bucket's refill per window)
-	burst    int64 // token bucket capacity; equal to limit for the windows
-	window   int64 // steps, >= 1
-	step     int64 // ms per step; 0 (rules built by tests) means 1
-	windowMS int64 // the window as configured, in ms: for names
+	limit  int64 // units admitted per window (the token bucket's refill per window)
+	burst  int64 // token bucket capacity; equal to limit for the windows
+	window int64 // steps, >= 1
+	step   int64 // ms per step; 0 (rules built by tests) means 1
 }
 
 // newRule is the rule of limit per window (with burst) for quotas up to
@@ -64,7 +63,7 @@ type rule struct {
 func newRule(limit, burst int64, window time.Duration, most int64) rule {
 	ms := windowMillis(window)
 	step := timestep.For(most, ms)
-	return rule{limit: limit, burst: burst, window: timestep.Steps(ms, step), step: step, windowMS: ms}
+	return rule{limit: limit, burst: burst, window: timestep.Steps(ms, step), step: step}
 }
 
 // ahead is how far (steps) a state's time may lie past now and still be

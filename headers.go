@@ -115,10 +115,11 @@ func newHeaderWriter(cfg Config, alg algorithm, ls *limits, constant bool) heade
 	if base == "" {
 		base = defaultPolicyName
 	}
+	windows := windowsOf(&cfg)
 	for i := range ls.n {
 		name := base
 		if len(cfg.Limits) > 1 {
-			name = string(appendWindow([]byte(base+"-"), ls.r[i].windowMS))
+			name = string(appendWindow([]byte(base+"-"), windows[i]))
 			if cfg.Limits[i].PolicyName != "" {
 				name = cfg.Limits[i].PolicyName
 			}

@@ -38,11 +38,12 @@ func keyPrefix(cfg *Config, alg algorithm, ls *limits) string {
 	b = append(b, ':')
 	b = append(b, alg.name()...)
 	b = append(b, ':')
+	windows := windowsOf(cfg)
 	for i, r := range ls.r[:ls.n] {
 		if i > 0 {
 			b = append(b, '+')
 		}
-		b = appendWindow(b, r.windowMS)
+		b = appendWindow(b, windows[i])
 		if r.step > 1 {
 			// A state is kept in steps: another step is another state.
 			b = append(strconv.AppendInt(append(b, '@'), r.step, 10), "ms"...)

@@ -138,6 +138,18 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 	return h.serve
 }
 
+// windowsOf returns the windows of cfg's limits (defaults applied) as
+// configured, in ms: for the names of keys and policies.
+func windowsOf(cfg *Config) (ms [maxLimits]int64) {
+	if len(cfg.Limits) == 0 {
+		ms[0] = windowMillis(cfg.Expiration)
+	}
+	for i, l := range cfg.Limits {
+		ms[i] = windowMillis(l.Expiration)
+	}
+	return ms
+}
+
 // limitsOf returns the limits of cfg (defaults applied): Limits, or Max
 // per Expiration (with Burst). Each rule's time step fits its largest
 // quota: with MaxFunc, the largest a limit can be.
@@ -168,17 +180,20 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	if h.next != nil && h.next(c) {
 		return c.Next()
 	}
-	ls := h.base
+	ls := &h.base // read only; a copy when MaxFunc changes it
+	var perRequest limits
 	if h.maxFunc != nil {
 		limit := int64(h.maxFunc(c))
 		if limit <= 0 {
 			return c.Next()
 		}
-		r := &ls.r[0]
+		perRequest = h.base
+		r := &perRequest.r[0]
 		r.limit = clampLimit(limit)
 		if !h.fixedBurst {
 			r.burst = r.limit
 		}
+		ls = &perRequest
 	}
 	cost := int64(1)
 	if h.costFunc != nil {
@@ -201,9 +216,9 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	var v verdict
 	var err error
 	if h.memory != nil {
-		v, err = h.memory.take(c.Context(), key, &ls, cost)
+		v, err = h.memory.take(c.Context(), key, ls, cost)
 	} else {
-		v, err = h.takeStored(c.UserContext(), key, ls, cost)
+		v, err = h.takeStored(c.UserContext(), key, *ls, cost)
 	}
 	switch err {
 	case nil:
@@ -212,12 +227,12 @@ func (h *handler) serve(c *fiber.Ctx) error {
 		}
 	case errFailOpen:
 		if h.onDecision != nil {
-			h.report(c, key, cost, h.failed(&ls, true), SourceFailOpen, start)
+			h.report(c, key, cost, h.failed(ls, true), SourceFailOpen, start)
 		}
 		return c.Next()
 	case errFailClosed:
 		if h.onDecision != nil {
-			h.report(c, key, cost, h.failed(&ls, false), SourceFailClosed, start)
+			h.report(c, key, cost, h.failed(ls, false), SourceFailClosed, start)
 		}
 		if h.dryRun {
 			return c.Next()
@@ -233,7 +248,7 @@ func (h *handler) serve(c *fiber.Ctx) error {
 		return fmt.Errorf("limiter: rate-limit storage failed: %w", err)
 	}
 	if !v.allowed() && !h.dryRun {
-		h.headers.write(c, &v, key, &ls, false)
+		h.headers.write(c, &v, key, ls, false)
 		c.Context().SetUserValue(rejectedBehind{}, true)
 		return h.limitReached(c)
 	}
@@ -241,13 +256,13 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	if v.allowed() && refunds && cost != 0 {
 		if failed := responseStatus(c, err) >= fiber.StatusBadRequest; (failed && h.skipFailed) || (!failed && h.skipSuccessful) {
 			if h.memory != nil {
-				v, _ = h.memory.refund(c.Context(), key, &ls, cost, &v)
-			} else if after, ok := h.refundStored(c.UserContext(), key, ls, cost, v); ok {
+				v, _ = h.memory.refund(c.Context(), key, ls, cost, &v)
+			} else if after, ok := h.refundStored(c.UserContext(), key, *ls, cost, v); ok {
 				v = after
 			}
 		}
 	}
-	h.headers.writeAdmitted(c, &v, key, &ls, h.dryRun)
+	h.headers.writeAdmitted(c, &v, key, ls, h.dryRun)
 	return err
 }
 
