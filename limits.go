@@ -127,7 +127,8 @@ func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int
 // than rule.ahead past now: it was not written under this rule near now.
 func plausible(sts *[maxLimits]state, now int64, ls *limits) {
 	for i := range ls.n {
-		if r := &ls.r[i]; sts[i].a > r.at(now)+r.ahead() {
+		// The window first: a state within it needs no division.
+		if r := &ls.r[i]; sts[i].a > r.at(now)+r.window && sts[i].a > r.at(now)+r.ahead() {
 			sts[i] = state{}
 		}
 	}
