@@ -98,7 +98,7 @@ func (v *verdict) tightest() int {
 // the state the request leaves behind. Both backends' twins (the Lua
 // scripts) do the same, pass for pass.
 func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int64) verdict {
-	plausible(sts, now, ls)
+	a.plausible(sts, now, ls)
 	v := verdict{n: ls.n}
 	if ls.n == 1 {
 		sts[0], v.each[0] = a.take(sts[0], ls.r[0].at(now), ls.r[0], cost)
@@ -123,13 +123,35 @@ func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int
 	return v
 }
 
-// plausible empties a state whose time (a, in every algorithm) lies more
-// than rule.ahead past now: it was not written under this rule near now.
-func plausible(sts *[maxLimits]state, now int64, ls *limits) {
+// plausible makes the states read fit their rules, so that no value (one
+// written under another rule, or by another program) holds a key off for
+// longer than the rule itself would:
+//
+//   - a state whose time (a, in every algorithm) lies more than rule.ahead
+//     past now was not written under this rule near now: it reads as no
+//     state;
+//   - a count above the rule's quota (Max units in a window, or Burst
+//     tokens of debt; a state kept from before Max or Burst was lowered)
+//     reads as the whole quota spent, and one below zero as nothing.
+//
+// The Lua twins read their values the same way.
+func (a algorithm) plausible(sts *[maxLimits]state, now int64, ls *limits) {
 	for i := range ls.n {
+		s, r := &sts[i], &ls.r[i]
 		// The window first: a state within it needs no division.
-		if r := &ls.r[i]; sts[i].a > r.at(now)+r.window && sts[i].a > r.at(now)+r.ahead() {
-			sts[i] = state{}
+		if s.a > r.at(now)+r.window && s.a > r.at(now)+r.ahead() {
+			*s = state{}
+			continue
+		}
+		quota := r.limit
+		if a == algToken {
+			quota = r.burst * r.window
+		}
+		if s.b > quota || s.b < 0 {
+			s.b = min(max(0, s.b), quota)
+		}
+		if int64(s.c) > r.limit {
+			s.c = uint32(r.limit)
 		}
 	}
 }
@@ -139,7 +161,7 @@ func plausible(sts *[maxLimits]state, now int64, ls *limits) {
 // verdict of a take of cost 0 after it: the state the refund leaves, for
 // the headers. The Lua twins do the same in one script call.
 func (a algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost int64, v *verdict) verdict {
-	plausible(sts, now, ls)
+	a.plausible(sts, now, ls)
 	for i := range ls.n {
 		sts[i] = a.refund(sts[i], ls.r[i].at(now), ls.r[i], cost, v.each[i])
 	}

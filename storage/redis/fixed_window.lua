@@ -4,9 +4,13 @@ fmt = '<I6I4'
 local start, count = 0, 0
 if #stored == 10 * n then
   start, count = struct.unpack(fmt, stored, 10 * i - 9)
+elseif found then
+  repair = true
 end
 if start > now + ahead then
-  start, count = 0, 0
+  start, count, repair = 0, 0, true
+elseif count > limit then
+  count, repair = limit, true
 end
 if refund then
   -- Credit the window the cost was counted in, then answer as a take of

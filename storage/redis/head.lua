@@ -44,7 +44,28 @@ end
 -- packed with the struct library (little-endian, a millisecond timestamp in
 -- 6 bytes) in its algorithm's layout, so that packing and unpacking are one
 -- C call each. A value of an unexpected length reads as no state.
-local stored = redis.call('GET', key) or ''
+local stored = redis.pcall('GET', key)
+if type(stored) == 'table' then
+  -- Not a string: another program's key under this name. That is an error
+  -- for this key alone; so that it does not hold the key off for good, it
+  -- is given the longest window as a TTL if it has none, after which this
+  -- script writes its own state there.
+  if redis.call('PTTL', key) == -1 then
+    local longest = 0
+    for i = 1, n do
+      local window, step = struct.unpack('<I7I4', ARGV[1], 26 * i - 5)
+      longest = math.max(longest, window * step)
+    end
+    redis.call('PEXPIRE', key, longest)
+  end
+  return redis.error_reply('WRONGTYPE limiter: the key holds a value of another type, not a rate-limit state')
+end
+local found = stored ~= false
+stored = stored or ''
+-- repair is set when what was read is not a state of these rules (see
+-- plausible in limits.go): it reads as what it can be, and if the call
+-- writes nothing, the key is at least given a TTL.
+local repair = false
 
 -- A take is decided in one pass over the limits, with its cost. When a limit
 -- rejects it, nothing is counted anywhere, and a second pass decides the

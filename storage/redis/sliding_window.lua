@@ -3,17 +3,17 @@
 -- bytes each while both are below 2^24 and the key has one limit, else 4).
 -- The estimate times the window is prev * (window - elapsed) + cur * window.
 local start, cur, prev = 0, 0, 0
-if n > 1 then
-  if #stored == 14 * n then
-    start, cur, prev = struct.unpack('<I6I4I4', stored, 14 * i - 13)
-  end
-elseif #stored == 12 then
+if n == 1 and #stored == 12 then
   start, cur, prev = struct.unpack('<I6I3I3', stored)
-elseif #stored == 14 then
-  start, cur, prev = struct.unpack('<I6I4I4', stored)
+elseif #stored == 14 * n then
+  start, cur, prev = struct.unpack('<I6I4I4', stored, 14 * i - 13)
+elseif found then
+  repair = true
 end
 if start > now + ahead then
-  start, cur, prev = 0, 0, 0
+  start, cur, prev, repair = 0, 0, 0, true
+elseif cur > limit or prev > limit then
+  cur, prev, repair = math.min(cur, limit), math.min(prev, limit), true
 end
 if now >= start then -- time never goes back for a key
   if now >= start + window then

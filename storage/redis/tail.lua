@@ -41,6 +41,16 @@ if refund or (admitted == 1 and request_cost > 0) then
   else
     redis.call('DEL', key)
   end
+elseif repair and redis.call('PTTL', key) == -1 then
+  -- A value that was not a state of these rules, left as it is: it gets
+  -- a TTL past any time it can still hold the key off (ahead and two
+  -- windows, of the longest limit).
+  local hold = 0
+  for i = 1, n do
+    local window, step = struct.unpack('<I7I4', ARGV[1], 26 * i - 5)
+    hold = math.max(hold, (math.max(window, idiv(60000 + step - 1, step)) + 2 * window) * step)
+  end
+  redis.call('PEXPIRE', key, hold)
 end
 -- The answer, packed like the request: flags (1 = allowed, and 2^i when
 -- limit i can never admit the request), then for each limit remaining (4

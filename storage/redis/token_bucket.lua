@@ -6,17 +6,17 @@
 -- bucket, 12 or 14 for the sliding window; keys of different algorithms or
 -- numbers of limits are kept apart by their names, not by these lengths.)
 local last, debt = 0, 0
-if n > 1 then
-  if #stored == 13 * n then
-    last, debt = struct.unpack('<I6I7', stored, 13 * i - 12)
-  end
-elseif #stored == 11 then
+if n == 1 and #stored == 11 then
   last, debt = struct.unpack('<I6I5', stored)
-elseif #stored == 13 then
-  last, debt = struct.unpack('<I6I7', stored)
+elseif #stored == 13 * n then
+  last, debt = struct.unpack('<I6I7', stored, 13 * i - 12)
+elseif found then
+  repair = true
 end
 if last > now + ahead then
-  last, debt = 0, 0
+  last, debt, repair = 0, 0, true
+elseif debt > burst * window then
+  debt, repair = burst * window, true
 end
 local elapsed = now - last
 if elapsed > 0 then
