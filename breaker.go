@@ -51,8 +51,9 @@ func (b *breaker) answered(probe bool) {
 	}
 }
 
-// failed records, at now, a call that found the store out of reach.
-func (b *breaker) failed(now int64, probe bool) {
+// failed records, at now, a call that found the store out of reach, and
+// reports whether the breaker is open after it.
+func (b *breaker) failed(now int64, probe bool) bool {
 	until := now + b.cooldown
 	if until == 0 {
 		until = 1 // 0 means closed
@@ -63,9 +64,10 @@ func (b *breaker) failed(now int64, probe bool) {
 			b.openUntil.CompareAndSwap(open, until)
 		}
 		b.probing.Store(false)
-		return
+		return b.open()
 	}
 	if b.failures.Add(1) >= b.threshold {
 		b.openUntil.CompareAndSwap(0, until)
 	}
+	return b.open()
 }

@@ -147,7 +147,7 @@ func TestRedisMatchesMemoryAsLimitsChange(t *testing.T) {
 			clock.now.Store(base)
 			began, random := time.Now(), int64(0)
 			mem := newManager(alg, 1, 1<<20, clock.millis)
-			red := newRedisBackend(redis.New(server.Client(t)), alg, "change:", clock.millis)
+			red := newRedisBackend(redis.New(server.Client(t)), alg, "change:", &Config{clock: clock.millis})
 			rng := rand.New(rand.NewPCG(7, uint64(alg)))
 			ctx := context.Background()
 			spent := 0

@@ -120,7 +120,7 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 		}
 	} else if conn, ok := cfg.Storage.(redisConn); ok {
 		client := conn.Conn()
-		h.store = newGuardedStore(newRedisBackend(conn, alg, prefix, clock), honorsContext(client), cfg, alg, n)
+		h.store = newGuardedStore(newRedisBackend(conn, alg, prefix, &cfg), honorsContext(client), cfg, alg, n)
 		h.backendName = "redis"
 	} else {
 		if clock == nil {

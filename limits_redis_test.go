@@ -246,7 +246,7 @@ func TestLimitsMatchMemory(t *testing.T) {
 				var clock testClock
 				clock.now.Store(base)
 				mem := newManager(alg, ls.n, 1<<20, clock.millis)
-				red := newRedisBackend(redis.New(server.Client(t)), alg, "limits-diff:"+alg.name()+":"+c.name+":", clock.millis)
+				red := newRedisBackend(redis.New(server.Client(t)), alg, "limits-diff:"+alg.name()+":"+c.name+":", &Config{clock: clock.millis})
 				rng := rand.New(rand.NewPCG(7, uint64(alg)<<8|uint64(ls.n)))
 				type taken struct {
 					v    verdict

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/fiberlimit/limiter/storage/redis"
@@ -19,12 +20,21 @@ type redisConn interface {
 // the keys: one script call per decision and per refund, for all the
 // limits of a key at once.
 type redisBackend struct {
-	store  *redis.Store
-	alg    redis.Algorithm
-	prefix string // the limiter's identity, see keyPrefix
+	store    *redis.Store
+	alg      redis.Algorithm
+	prefix   string // the limiter's identity, see keyPrefix
+	probeKey string // see probeKeyOf
 }
 
-func newRedisBackend(storage redisConn, alg algorithm, prefix string, clock func() int64) *redisBackend {
+// probeKeyOf is the key a limiter's breaker probes with: KeyPrefix + Name
+// + "{probe}", which no client key of any limiter reaches (a Name has no
+// "{", and every state key has ":" after it).
+func probeKeyOf(cfg *Config) string { return cfg.KeyPrefix + cfg.Name + "{probe}" }
+
+// newRedisBackend returns the Redis backend of a limiter of alg whose keys
+// begin with prefix; of cfg it uses the clock, KeyPrefix and Name.
+func newRedisBackend(storage redisConn, alg algorithm, prefix string, cfg *Config) *redisBackend {
+	clock := cfg.clock
 	store, ok := storage.(*redis.Store)
 	if !ok || clock != nil {
 		var opts []redis.Option
@@ -34,7 +44,7 @@ func newRedisBackend(storage redisConn, alg algorithm, prefix string, clock func
 		store = redis.New(storage.Conn(), opts...)
 	}
 	algs := [...]redis.Algorithm{algFixed: redis.FixedWindow, algSliding: redis.SlidingWindow, algToken: redis.TokenBucket}
-	return &redisBackend{store: store, alg: algs[alg], prefix: prefix}
+	return &redisBackend{store: store, alg: algs[alg], prefix: prefix, probeKey: probeKeyOf(cfg)}
 }
 
 // honorsContext reports whether client returns by a context's deadline: a
@@ -52,9 +62,14 @@ func honorsContext(client goredis.UniversalClient) bool {
 	return false
 }
 
-// probe pings the server: a call that counts nothing.
+// probe makes the call a decision makes, with a write: the script of the
+// limiter's algorithm takes 1 from a limit no probe reaches on the probe
+// key, and keeps it for a ms or two. A server that is out of memory,
+// holds writes (CLIENT PAUSE WRITE) or refuses the credentials fails it,
+// where it would answer a PING.
 func (b *redisBackend) probe(ctx context.Context) error {
-	return b.store.Conn().Ping(ctx).Err()
+	_, err := b.store.Take(ctx, b.probeKey, redis.Rule{Algorithm: b.alg, Limit: math.MaxUint32, Window: time.Millisecond}, 1)
+	return err
 }
 
 // rules converts ls to the store's rules, with their steps.

@@ -177,7 +177,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 			var clock testClock
 			clock.advance(time.Duration(rand.Int64N(int64(time.Hour))))
 			mem := newManager(alg, 1, 1<<20, clock.millis)
-			red := newRedisBackend(redis.New(server.Client(t)), alg, "diff:", clock.millis)
+			red := newRedisBackend(redis.New(server.Client(t)), alg, "diff:", &Config{clock: clock.millis})
 			rng := rand.New(rand.NewPCG(3, uint64(alg)))
 			last := map[string]Decision{}
 			ctx := context.Background()

@@ -7,7 +7,11 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
+	"weak"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // Outcomes of a guarded store's take that are not a decision: the
@@ -34,6 +38,7 @@ type guardedStore struct {
 	reporter   *errorReporter
 	clock      func() int64 // ms; nil: monotonic ms since origin
 	origin     time.Time
+	probeArmed atomic.Bool // a timer will start a probe (armProbe)
 }
 
 // remoteBackend is a backend whose calls can fail: Redis or a
@@ -129,9 +134,9 @@ func (g *guardedStore) refund(ctx context.Context, key string, ls *limits, cost 
 }
 
 // admitCall reports whether a call may go to the store at now. When the
-// breaker is open and its cool-down has passed, it starts a probe in the
-// background and refuses the call: no request waits on a store that may
-// still be down.
+// breaker is open and its cool-down has passed, it starts a probe on a
+// goroutine of its own and refuses the call: no request waits on a store
+// that may still be down.
 func (g *guardedStore) admitCall(now int64) bool {
 	ok, probe := g.breaker.allow(now)
 	if probe {
@@ -141,11 +146,37 @@ func (g *guardedStore) admitCall(now int64) bool {
 	return ok
 }
 
-// probe asks the store whether it answers, and closes the breaker or
-// keeps it open for another cool-down.
+// probe asks the store whether it serves decisions again (for Redis, a
+// script call that writes: a server that answers PING but refuses or holds
+// writes is still out of service), and closes the breaker or keeps it open
+// for another cool-down. Its caller holds the breaker's probe.
 func (g *guardedStore) probe() {
 	_, _ = call(context.Background(), g, "", "probe", true, func(ctx context.Context, _ string) (struct{}, error) {
 		return struct{}{}, g.store.probe(ctx)
+	})
+}
+
+// armProbe makes sure a probe runs one cool-down from now even if no
+// request comes to start it, so that an idle replica finds the store back
+// by itself: a timer, no goroutine while it waits, and one at most per
+// store. The timer holds the store weakly, so that a limiter dropped while
+// its breaker is open is not kept probing.
+func (g *guardedStore) armProbe() {
+	if !g.probeArmed.CompareAndSwap(false, true) {
+		return
+	}
+	store := weak.Make(g)
+	time.AfterFunc(time.Duration(g.breaker.cooldown)*time.Millisecond, func() {
+		g := store.Value()
+		if g == nil {
+			return
+		}
+		g.probeArmed.Store(false)
+		if ok, probe := g.breaker.allow(g.now()); probe {
+			g.probe()
+		} else if !ok {
+			g.armProbe() // not yet due by the limiter's clock, or a probe is out
+		}
 	})
 }
 
@@ -167,16 +198,20 @@ func call[T any](ctx context.Context, g *guardedStore, key, what string, probe b
 }
 
 // failed records a failed call that took took. A failure that says the
-// store is out of reach (a timeout, a network error, or any error that
-// made the call wait) counts towards opening the breaker; an error that is
-// the store's own answer (a Redis error reply, or an error that came back
-// at once) closes it like any answer: it cost the request no wait, and it
-// may be about one key (a storage that rejects a key's bytes), which must
-// not switch the limiter off for every client.
+// store is out of reach or out of service counts towards opening the
+// breaker: a timeout, a network error, an error reply that is about the
+// server rather than the key (see refusesService), or any error that made
+// the call wait. Another error is the store's answer about this one key (a
+// Redis error reply such as WRONGTYPE, or an error that came back at once,
+// as from a storage that rejects a key's bytes): it closes the breaker like
+// any answer, since it cost the request no wait and must not switch the
+// limiter off for every client.
 func (g *guardedStore) failed(err error, took time.Duration, probe bool) {
 	now := g.now()
 	if unreachable(err, took) {
-		g.breaker.failed(now, probe)
+		if g.breaker.failed(now, probe) {
+			g.armProbe()
+		}
 	} else {
 		g.breaker.answered(probe)
 	}
@@ -184,18 +219,49 @@ func (g *guardedStore) failed(err error, took time.Duration, probe bool) {
 }
 
 // unreachable tells whether err, from a call that took took, says that the
-// store is out of reach rather than answering.
+// store is out of reach or out of service rather than answering.
 func unreachable(err error, took time.Duration) bool {
-	var reply interface{ RedisError() } // go-redis: an error reply from the server
-	if errors.As(err, &reply) {
-		return false
+	var reply interface {
+		error
+		RedisError()
+	}
+	if errors.As(err, &reply) { // go-redis: an error reply from the server
+		return refusesService(reply.Error())
 	}
 	var netErr net.Error
 	if errors.Is(err, ErrStorageTimeout) || errors.As(err, &netErr) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, goredis.ErrClosed) || errors.Is(err, goredis.ErrPoolTimeout) || errors.Is(err, goredis.ErrPoolExhausted) {
 		return true
 	}
 	return took >= quickAnswer
+}
+
+// outOfService are the beginnings of the Redis error replies that say the
+// server, not the key, cannot serve the call: it is out of memory
+// (maxmemory under noeviction) or cannot persist (MISCONF), the
+// connection's credentials or database are refused (replies to AUTH, HELLO
+// or SELECT while go-redis sets up a connection, which it then closes, so
+// that every call would dial again), it is loading, busy with a script,
+// read-only or cut off from its master or cluster, full of clients, or has
+// no script commands.
+var outOfService = [...]string{
+	"OOM", "MISCONF",
+	"NOAUTH", "WRONGPASS", "NOPERM", "ERR AUTH", "ERR Client sent AUTH", "ERR invalid password",
+	"ERR DB index", "ERR invalid DB index",
+	"LOADING", "BUSY ", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "NOREPLICAS",
+	"ERR max number of clients", "ERR unknown command",
+}
+
+// refusesService tells whether a Redis error reply says that the server
+// cannot serve calls now (see outOfService).
+func refusesService(reply string) bool {
+	for _, prefix := range outOfService {
+		if strings.HasPrefix(reply, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // unavailable is the failure policy's answer.

@@ -93,7 +93,7 @@ func (s *Server) start(bin string) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := client.Ping(context.Background()).Err()
-		if err == nil {
+		if err == nil || redis.HasErrorPrefix(err, "NOAUTH") { // up, with --requirepass
 			return
 		}
 		if time.Now().After(deadline) {

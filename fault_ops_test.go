@@ -1,0 +1,250 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/redistest"
+	"github.com/fiberlimit/limiter/storage/redis"
+	"github.com/gofiber/fiber/v2"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests run the limiter against a redis-server configured the ways
+// operators get wrong: out of memory, refusing the client's credentials or
+// database, holding writes.
+
+// faultScriptCalls is how many script calls Redis ran since its stats were
+// last reset, failed ones included.
+func faultScriptCalls(t *testing.T, admin *goredis.Client) int {
+	t.Helper()
+	return faultCommandCalls(t, admin, "evalsha") + faultCommandCalls(t, admin, "eval")
+}
+
+// faultInfoInt reads a field of INFO section as a number.
+func faultInfoInt(t *testing.T, admin *goredis.Client, section, field string) int {
+	t.Helper()
+	info, err := admin.Info(context.Background(), section).Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err, "INFO line %q", line)
+			return n
+		}
+	}
+	t.Fatalf("INFO %s has no %s", section, field)
+	return 0
+}
+
+// A Redis at maxmemory under noeviction answers every write with OOM. That
+// is the server out of service, not an answer about one key: the breaker
+// opens after BreakerFailures script calls, further requests do not wait
+// on Redis (a few probes at most reach it), FailFallback admits them, and
+// the hook names the cause. Once memory is freed, the breaker's background
+// probe finds Redis back without a request to start it.
+func TestFaultOutOfMemory(t *testing.T) {
+	for _, kind := range []faultClient{faultGoRedis, faultFiberStorage} {
+		t.Run(kind.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			admin := srv.Client(t)
+			ctx := context.Background()
+			hook := &faultHook{}
+			replicas := faultReplicas(t, srv, kind, 1, func(int) Config {
+				cfg := faultConfig(FailFallback)
+				cfg.OnStorageError = hook.record
+				return cfg
+			})
+			require.Equal(t, fiber.StatusOK, faultGet(replicas[0], "warm").status)
+
+			require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "1").Err())
+			t.Cleanup(func() { _ = admin.ConfigSet(ctx, "maxmemory", "0").Err() })
+			require.NoError(t, admin.ConfigResetStat(ctx).Err())
+			const sent = 60
+			for n := range sent {
+				r := faultGet(replicas[0], "oom-"+strconv.Itoa(n))
+				require.Equal(t, fiber.StatusOK, r.status, "request %d", n)
+			}
+			calls := faultScriptCalls(t, admin)
+			t.Logf("%d requests at OOM: %d script calls reached Redis", sent, calls)
+			assert.GreaterOrEqual(t, calls, ConfigDefault.BreakerFailures)
+			assert.LessOrEqual(t, calls, ConfigDefault.BreakerFailures+3, "requests kept going to a Redis out of memory")
+
+			reports := hook.calls()
+			require.NotEmpty(t, reports)
+			last := reports[len(reports)-1]
+			assert.Contains(t, last.Error(), "OOM")
+			var se *StorageError
+			require.ErrorAs(t, last, &se)
+
+			// Freed: the background probe closes the breaker with no
+			// request to start it.
+			require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "0").Err())
+			freed := time.Now()
+			require.NoError(t, admin.ConfigResetStat(ctx).Err())
+			faultWaitFor(t, "a probe", func() bool { return faultScriptCalls(t, admin) > 0 })
+			t.Logf("probed %v after memory was freed", time.Since(freed))
+			r := faultGet(replicas[0], "oom-0") // the fallback admitted it once; Redis has not counted it
+			assert.Equal(t, "9", r.remaining, "decided in Redis")
+		})
+	}
+}
+
+// A client whose connections Redis refuses while go-redis sets them up
+// (a wrong password, none where one is required, a database that does not
+// exist) gets the error on every call, and go-redis closes
+// the connection: every call would dial again. Those errors count as
+// Redis out of service: the breaker opens, FailFallback admits, and new
+// connections stay a few per cool-down, not one per request, over 2 s of
+// 8 busy callers.
+func TestFaultCredentialsRefused(t *testing.T) {
+	cases := []struct {
+		name   string
+		server []string
+		client goredis.Options
+		admin  goredis.Options
+		want   string
+	}{
+		{"wrong password", []string{"--requirepass", "right"}, goredis.Options{Password: "wrong"}, goredis.Options{Password: "right"}, "WRONGPASS"},
+		{"no password", []string{"--requirepass", "right"}, goredis.Options{}, goredis.Options{Password: "right"}, "NOAUTH"},
+		{"DB 99", nil, goredis.Options{DB: 99}, goredis.Options{}, "DB index"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t, tc.server...)
+			adminOpts := tc.admin
+			adminOpts.Addr = srv.Addr()
+			admin := goredis.NewClient(&adminOpts)
+			t.Cleanup(func() { _ = admin.Close() })
+			opts := tc.client
+			opts.Addr = srv.Addr()
+			client := goredis.NewClient(&opts)
+			t.Cleanup(func() { _ = client.Close() })
+			hook := &faultHook{}
+			replica := replicaHandler(Config{
+				Name: "refused", Max: 1_000_000, Expiration: time.Hour,
+				Storage: redis.New(client), OnStorageError: hook.record,
+			})
+
+			before := faultInfoInt(t, admin, "stats", "total_connections_received")
+			const callers, busy = 8, 2 * time.Second
+			var sent atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			for c := range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for n := 0; time.Since(start) < busy; n++ {
+						code, body := serveKeyed(replica, "refused-"+strconv.Itoa(c)+"-"+strconv.Itoa(n))
+						if !assert.Equal(t, fiber.StatusOK, code, "%s", body) {
+							return
+						}
+						sent.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			dials := faultInfoInt(t, admin, "stats", "total_connections_received") - before - 1 // the INFO's own
+			t.Logf("%d requests over %v: %d connections", sent.Load(), busy, dials)
+			assert.LessOrEqual(t, dials, 40, "connections dialled while Redis refused them")
+			assert.Greater(t, sent.Load(), int64(1000), "too few requests to tell")
+
+			reports := hook.calls()
+			require.NotEmpty(t, reports)
+			assert.Contains(t, reports[0].Error(), tc.want)
+			var se *StorageError
+			require.True(t, errors.As(reports[len(reports)-1], &se))
+			assert.True(t, se.BreakerOpen, "the breaker is open: %v", se)
+		})
+	}
+}
+
+// CLIENT PAUSE WRITE holds every script call while Redis still answers
+// PING. The breaker's probe makes a script call that writes, so the
+// breaker, once open, stays open until the pause ends: of the requests of
+// 4 busy callers during a 2 s pause, only those that tripped it waited on
+// Redis. Then every replica decides in Redis again.
+func TestFaultWritesPaused(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	hook := &faultHook{}
+	replicas := faultReplicas(t, srv, faultGoRedis, 1, func(int) Config {
+		cfg := faultConfig(FailFallback)
+		cfg.OnStorageError = hook.record
+		return cfg
+	})
+	require.Equal(t, fiber.StatusOK, faultGet(replicas[0], "warm").status)
+
+	const pause, callers = 2 * time.Second, 4
+	require.NoError(t, admin.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "WRITE").Err())
+	t.Cleanup(func() { _ = admin.Do(ctx, "CLIENT", "UNPAUSE").Err() })
+	paused := time.Now()
+	var waited, sent atomic.Int64
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Up to a margin before the pause ends, so that no request
+			// counted here can have met Redis back.
+			for n := 0; time.Since(paused) < pause-300*time.Millisecond; n++ {
+				r := faultGet(replicas[0], "paused-"+strconv.Itoa(c)+"-"+strconv.Itoa(n))
+				if !assert.Equal(t, fiber.StatusOK, r.status) {
+					return
+				}
+				sent.Add(1)
+				if r.took >= ConfigDefault.StorageTimeout {
+					waited.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d requests during the pause, %d waited on Redis", sent.Load(), waited.Load())
+	// Tripping takes BreakerFailures calls in a row that time out, each
+	// caller's in flight at once: at most BreakerFailures + callers - 1.
+	assert.LessOrEqual(t, waited.Load(), int64(ConfigDefault.BreakerFailures+callers-1), "the breaker closed during the pause")
+	reports := hook.calls()
+	require.NotEmpty(t, reports)
+	var se *StorageError
+	require.ErrorAs(t, reports[len(reports)-1], &se)
+	assert.True(t, se.BreakerOpen)
+
+	require.NoError(t, admin.Do(ctx, "CLIENT", "UNPAUSE").Err())
+	faultAwaitRecovery(t, replicas, FailFallback, faultSame("warm"), time.Now())
+}
+
+// An idle replica whose breaker is open probes in the background: once
+// Redis is back, the probe reaches it one cool-down later with no request
+// to start it, and the first request after is decided in Redis.
+func TestFaultIdleReplicaProbes(t *testing.T) {
+	srv := redistest.Start(t)
+	replicas := faultReplicas(t, srv, faultGoRedis, faultReplicaN, func(int) Config { return faultConfig(FailFallback) })
+	for i, r := range faultSend(replicas, faultSame("warm"), 1) {
+		require.Equal(t, fiber.StatusOK, r[0].status, "replica %d", i)
+	}
+	srv.Stop()
+	faultSendConcurrently(replicas, faultPerReplica("trip"), ConfigDefault.BreakerFailures)
+	srv.Restart()
+	admin := srv.Client(t)
+	back := time.Now()
+	faultWaitFor(t, "a probe from every replica", func() bool {
+		return faultScriptCalls(t, admin) >= faultReplicaN
+	})
+	t.Logf("every replica probed within %v of Redis coming back", time.Since(back))
+	// Each replica's fallback counted its trip key 5 times; the fresh Redis
+	// has not counted it.
+	for i, r := range faultSend(replicas, faultPerReplica("trip"), 1) {
+		assert.Equal(t, strconv.Itoa(faultMax-1), r[0].remaining, "replica %d: decided in Redis", i)
+	}
+}
