@@ -72,6 +72,12 @@ func (b *redisBackend) probe(ctx context.Context) error {
 	return err
 }
 
+// checkEviction looks at whether the Redis servers may evict the
+// limiter's keys (see checkEviction).
+func (b *redisBackend) checkEviction(ctx context.Context) (next int64, warning error) {
+	return checkEviction(ctx, b.store.Conn())
+}
+
 // rules converts ls to the store's rules, with their steps.
 func (b *redisBackend) rules(ls *limits, into *[maxLimits]redis.Rule) []redis.Rule {
 	for i, r := range ls.r[:ls.n] {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
+	"math"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -39,6 +41,17 @@ type guardedStore struct {
 	clock      func() int64 // ms; nil: monotonic ms since origin
 	origin     time.Time
 	probeArmed atomic.Bool // a timer will start a probe (armProbe)
+	// nextCheck is when (ms, by now) the store's settings are to be
+	// looked at next (see evictionChecker); math.MaxInt64 for never, or
+	// while a look is under way.
+	nextCheck atomic.Int64
+	warn      func(error) // the hook, or the standard logger
+}
+
+// evictionChecker is a backend that can tell whether its store is set to
+// drop keys (see checkEviction).
+type evictionChecker interface {
+	checkEviction(ctx context.Context) (next int64, warning error)
 }
 
 // remoteBackend is a backend whose calls can fail: Redis or a
@@ -65,6 +78,13 @@ func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg Config, alg algor
 		clock:      cfg.clock,
 		origin:     time.Now(),
 	}
+	g.warn = cfg.OnStorageError
+	if g.warn == nil {
+		g.warn = func(err error) { log.Print(err) }
+	}
+	if _, ok := store.(evictionChecker); !ok {
+		g.nextCheck.Store(math.MaxInt64)
+	}
 	if !cfg.DisableDenyCache {
 		g.deny = newDenyCache(cfg.DenyCacheKeys, n)
 	}
@@ -83,6 +103,9 @@ func (g *guardedStore) now() int64 {
 
 func (g *guardedStore) take(ctx context.Context, key string, ls *limits, cost int64) (verdict, error) {
 	now := g.now()
+	if next := g.nextCheck.Load(); now >= next {
+		g.checkSettings(next)
+	}
 	var gen uint64
 	if g.deny != nil {
 		v, ok, g0 := g.deny.check(key, now, ls, cost)
@@ -131,6 +154,27 @@ func (g *guardedStore) refund(ctx context.Context, key string, ls *limits, cost 
 		return g.store.refund(ctx, key, ls, cost, v)
 	})
 	return after, err == nil
+}
+
+// checkSettings looks at the store's settings on a goroutine of its own,
+// unless another call has just started to (next is the time it was due):
+// the first decision does, and then one every evictionCheckEvery. A store
+// that may drop the limiter's keys is reported to the hook.
+func (g *guardedStore) checkSettings(next int64) {
+	if !g.nextCheck.CompareAndSwap(next, math.MaxInt64) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), max(g.timeout, time.Second))
+		defer cancel()
+		after, warning := g.store.(evictionChecker).checkEviction(ctx)
+		if warning != nil {
+			g.warn(warning)
+		}
+		if after >= 0 {
+			g.nextCheck.Store(g.now() + after)
+		}
+	}()
 }
 
 // admitCall reports whether a call may go to the store at now. When the

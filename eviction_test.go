@@ -1,0 +1,131 @@
+package limiter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/redistest"
+	"github.com/fiberlimit/limiter/storage/redis"
+	"github.com/gofiber/fiber/v2"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A Redis that may evict the limiter's keys (maxmemory with any policy but
+// noeviction) is reported at the first decision, to OnStorageError, with
+// the fix in the message; a Redis that cannot evict them is not. The
+// decision itself does not wait for the look.
+func TestEvictingRedisIsReported(t *testing.T) {
+	cases := []struct {
+		maxmemory, policy string
+		reported          bool
+	}{
+		{"100mb", "allkeys-lru", true},
+		{"100mb", "volatile-ttl", true},
+		{"100mb", "volatile-lru", true},
+		{"100mb", "noeviction", false},
+		{"0", "allkeys-lru", false}, // no memory limit: nothing is evicted
+	}
+	for _, tc := range cases {
+		t.Run(tc.maxmemory+"/"+tc.policy, func(t *testing.T) {
+			srv := redistest.Start(t, "--maxmemory", tc.maxmemory, "--maxmemory-policy", tc.policy)
+			admin := srv.Client(t)
+			var mu sync.Mutex
+			var reports []error
+			replica := replicaHandler(Config{
+				Max: 10, Expiration: time.Minute, Storage: redis.New(srv.Client(t)),
+				OnStorageError: func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() },
+			})
+			code, _ := serveKeyed(replica, "first")
+			require.Equal(t, fiber.StatusOK, code)
+			// The look is one INFO, on a goroutine of its own.
+			faultWaitFor(t, "INFO memory", func() bool { return faultCommandCalls(t, admin, "info") > 0 })
+			got := func() []error {
+				mu.Lock()
+				defer mu.Unlock()
+				return append([]error(nil), reports...)
+			}
+			if !tc.reported {
+				time.Sleep(50 * time.Millisecond) // the INFO's answer, read
+				assert.Empty(t, got())
+				return
+			}
+			faultWaitFor(t, "the report", func() bool { return len(got()) > 0 })
+			err := got()[0]
+			require.ErrorIs(t, err, ErrStorageEvicts)
+			assert.Contains(t, err.Error(), tc.policy)
+			assert.Contains(t, err.Error(), srv.Addr())
+			assert.Contains(t, err.Error(), "noeviction")
+
+			// Not again at once: the next look is an hour away.
+			for range 100 {
+				serveKeyed(replica, "more")
+			}
+			time.Sleep(50 * time.Millisecond)
+			assert.Len(t, got(), 1)
+			calls := faultCommandCalls(t, admin, "info")
+			assert.LessOrEqual(t, calls, 2, "INFO calls (one the test's own)")
+		})
+	}
+}
+
+// Without OnStorageError, the warning goes to the standard logger.
+func TestEvictingRedisIsLogged(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lfu")
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	prev, flags := log.Writer(), log.Flags()
+	log.SetOutput(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) }))
+	t.Cleanup(func() { log.SetOutput(prev); log.SetFlags(flags) })
+	replica := replicaHandler(Config{Name: "logged", Max: 10, Expiration: time.Minute, Storage: redis.New(srv.Client(t))})
+	code, _ := serveKeyed(replica, "first")
+	require.Equal(t, fiber.StatusOK, code)
+	faultWaitFor(t, "the log line", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return bytes.Contains(buf.Bytes(), []byte("allkeys-lfu"))
+	})
+	assert.Contains(t, buf.String(), ErrStorageEvicts.Error())
+}
+
+// writerFunc is an io.Writer of a function.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A server that refuses INFO (an ACL user without it) cannot be checked:
+// that is said once, and the limiter goes on deciding in Redis.
+func TestEvictionUncheckable(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "limiter", "on", ">secret", "~*", "+@all", "-info").Err())
+	conn := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Username: "limiter", Password: "secret"})
+	t.Cleanup(func() { _ = conn.Close() })
+	client := redis.New(conn)
+	var mu sync.Mutex
+	var reports []error
+	replica := replicaHandler(Config{
+		Name: "uncheckable", Max: 10, Expiration: time.Minute, Storage: client,
+		OnStorageError: func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() },
+	})
+	code, _ := serveKeyed(replica, "first")
+	require.Equal(t, fiber.StatusOK, code)
+	faultWaitFor(t, "the report", func() bool { mu.Lock(); defer mu.Unlock(); return len(reports) > 0 })
+	mu.Lock()
+	err := reports[0]
+	mu.Unlock()
+	assert.False(t, errors.Is(err, ErrStorageEvicts))
+	assert.Contains(t, err.Error(), "NOPERM")
+	assert.Contains(t, err.Error(), "noeviction")
+	code, _ = serveKeyed(replica, "first")
+	assert.Equal(t, fiber.StatusOK, code)
+	remaining := faultGet(replica, "first").remaining
+	assert.Equal(t, "7", remaining, "decided in Redis")
+}
