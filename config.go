@@ -278,23 +278,36 @@ type Config struct {
 
 	// StorageTimeout bounds each call to Storage. A call that takes longer
 	// counts as a failure, and the request goes to FailurePolicy at once.
-	// For a go-redis client without ContextTimeoutEnabled (the go-redis
-	// default) and for a fiber.Storage, which takes no context, the call
-	// runs on its own goroutine so that the request need not wait for it.
-	// Must be 0 (the default) or at least 1 ms. Unused without Storage.
+	// Over Redis the call returns by this deadline: a plain or failover
+	// go-redis Client made without ContextTimeoutEnabled is used through a
+	// copy with it set, sharing its connections (see storage/redis.New);
+	// one made with it, and a ClusterClient or Ring made with it, as it is. For a ClusterClient or Ring
+	// without it, and for any other fiber.Storage, which takes no context,
+	// the call runs on a goroutine of its own so that the request need not
+	// wait for it. Must be 0 (the default) or at least 1 ms. Unused without
+	// Storage.
 	//
 	// Default: 100 * time.Millisecond
 	StorageTimeout time.Duration
 
 	// BreakerFailures is how many Storage calls in a row must find Storage
-	// out of reach (a timeout, a network error, or another error that made
-	// the call wait) before the breaker opens: requests then go straight to
-	// FailurePolicy without waiting on Storage. Every BreakerCooldown a
-	// probe (a Redis PING, or a Get) goes to Storage in the background, and
-	// the breaker closes when Storage answers. An error that Storage answers
-	// at once (a Redis error reply, or a fiber.Storage error within 2 ms)
-	// does not count: it may be about one client's key. Must be >= 0; zero
-	// means the default. Unused without Storage.
+	// out of reach or out of service before the breaker opens: a timeout, a
+	// network error, a Redis error reply about the server rather than the
+	// key (OOM at maxmemory, MISCONF, a refused password or database
+	// (WRONGPASS, NOAUTH, NOPERM, DB index out of range), LOADING, BUSY,
+	// READONLY, MASTERDOWN, CLUSTERDOWN, too many clients), or another error
+	// that made the call wait. Requests then go straight to FailurePolicy
+	// without waiting on Storage. Once BreakerCooldown has passed, a probe
+	// goes to Storage in the background (by a timer, so an idle replica
+	// probes too), and again every BreakerCooldown while it fails; the
+	// breaker closes when one succeeds. Over Redis the probe is a script
+	// call that writes, as a decision does, on the key KeyPrefix + Name +
+	// "{probe}", kept for 1 ms, so that a server that answers PING but
+	// refuses or holds writes keeps the breaker open; over another Storage
+	// it is a Get. Another error that Storage answers (a Redis error reply
+	// such as WRONGTYPE, or a fiber.Storage error within 2 ms) does not
+	// count: it may be about one client's key. Must be >= 0; zero means the
+	// default. Unused without Storage.
 	//
 	// Default: 5
 	BreakerFailures int
@@ -310,7 +323,12 @@ type Config struct {
 	// metrics: at the first failure, then at most once per second while
 	// failures go on, each time with a *StorageError holding the latest
 	// error and the number of failed calls since the previous report. It is
-	// called on the request's goroutine and should return quickly.
+	// called on the request's goroutine, or the probe's, and should return
+	// quickly. Over Redis it is also told, from a goroutine of its own at
+	// the first decision and hourly after while it holds, when a server
+	// may evict the limiter's keys (an error wrapping ErrStorageEvicts), or
+	// once when a server refuses the INFO command that tells. Without it,
+	// those warnings go to the standard logger (log.Print).
 	//
 	// Optional. Default: nil
 	OnStorageError func(err error)

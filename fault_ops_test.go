@@ -248,3 +248,48 @@ func TestFaultIdleReplicaProbes(t *testing.T) {
 		assert.Equal(t, strconv.Itoa(faultMax-1), r[0].remaining, "replica %d: decided in Redis", i)
 	}
 }
+
+// Reports name what failed. Redis killed: the first report is a timeout
+// (the first calls wait on go-redis's dials), and once the breaker's probe
+// has run, the reports say the connection is refused. Redis paused: they
+// say it takes connections but does not answer.
+func TestFaultReportsNameTheCause(t *testing.T) {
+	cases := []struct {
+		name string
+		down func(t *testing.T, srv *redistest.Server)
+		want string
+	}{
+		{"killed", func(t *testing.T, srv *redistest.Server) { srv.Stop() }, "connection refused"},
+		{"paused", func(t *testing.T, srv *redistest.Server) {
+			admin := srv.Client(t)
+			require.NoError(t, admin.Do(context.Background(), "CLIENT", "PAUSE", 3000, "ALL").Err())
+		}, "takes connections, but did not answer in time"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			hook := &faultHook{}
+			replicas := faultReplicas(t, srv, faultGoRedis, 1, func(int) Config {
+				cfg := faultConfig(FailFallback)
+				cfg.OnStorageError = hook.record
+				return cfg
+			})
+			require.Equal(t, fiber.StatusOK, faultGet(replicas[0], "warm").status)
+			tc.down(t, srv)
+			start := time.Now()
+			var found error
+			for n := 0; found == nil && time.Since(start) < 2500*time.Millisecond; n++ {
+				faultGet(replicas[0], "down-"+strconv.Itoa(n))
+				for _, err := range hook.calls() {
+					if strings.Contains(err.Error(), tc.want) {
+						found = err
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			require.Error(t, found, "no report says %q: %v", tc.want, hook.calls())
+			require.ErrorIs(t, found, ErrStorageTimeout)
+			t.Logf("%v after the fault: %v", time.Since(start), found)
+		})
+	}
+}

@@ -713,6 +713,10 @@ func faultHookIsRateLimited(t *testing.T, kind faultClient) {
 		}
 		wg.Wait()
 	})
+	// The last failure came before now: a report at once, then one a
+	// second at most, fit 1 + span/1s reports (2 when the machine keeps
+	// up; a loaded one stretches the last requests past 2 s).
+	span := time.Since(start)
 
 	for i, h := range hooks {
 		calls := h.calls()
@@ -730,7 +734,7 @@ func faultHookIsRateLimited(t *testing.T, kind faultClient) {
 		n := int(failed[i].Load())
 		t.Logf("replica %d: %d requests failed on Redis, hook called %d times with Failures %v; first: %v",
 			i, n, len(calls), failures, calls[0])
-		require.LessOrEqual(t, len(calls), 2, "replica %d: at most one report at once and one a second after", i)
+		require.LessOrEqual(t, len(calls), 1+int(span/time.Second), "replica %d: at most one report at once and one a second after, over %v", i, span)
 		require.LessOrEqual(t, sum, n, "replica %d: more failures reported than requests", i)
 		require.GreaterOrEqual(t, n, 10*len(calls), "replica %d: too few failed requests to tell", i)
 	}

@@ -119,8 +119,8 @@ func newHandler(cfg Config, alg algorithm) fiber.Handler {
 			h.keyFunc = (&ipKeyer{bits: cfg.IPv6Prefix}).key
 		}
 	} else if conn, ok := cfg.Storage.(redisConn); ok {
-		client := conn.Conn()
-		h.store = newGuardedStore(newRedisBackend(conn, alg, prefix, &cfg), honorsContext(client), cfg, alg, n)
+		backend := newRedisBackend(conn, alg, prefix, &cfg)
+		h.store = newGuardedStore(backend, honorsContext(backend.store.Conn()), cfg, alg, n)
 		h.backendName = "redis"
 	} else {
 		if clock == nil {

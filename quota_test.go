@@ -132,3 +132,49 @@ func FuzzQuota(f *testing.F) {
 		}
 	})
 }
+
+// An Expiration of the longest Duration decides on Redis exactly as in
+// memory: the same statuses and headers for the same requests, as the
+// clock runs from milliseconds to centuries, for each algorithm.
+func TestLongestExpirationRedisMatchesMemory(t *testing.T) {
+	const never = time.Duration(math.MaxInt64)
+	steps := []struct {
+		advance time.Duration
+		cost    int
+	}{
+		{0, 1}, {time.Millisecond, 2}, {time.Second, 1}, {time.Hour, 1}, {0, 1},
+		{24 * time.Hour, 3}, {365 * 24 * time.Hour, 1}, {100 * 365 * 24 * time.Hour, 2}, {0, 0},
+	}
+	names := []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Retry-After", "Ratelimit", "Ratelimit-Policy"}
+	cost := func(c *fiber.Ctx) int {
+		n, _ := strconv.Atoi(c.Get("X-Cost"))
+		return n
+	}
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			seen := map[string][]string{}
+			for _, b := range limitBackends() {
+				clock := &testClock{}
+				clock.advance(time.Hour)
+				app := newApp(b.config(t, Config{
+					Max: 5, Expiration: never, LimiterMiddleware: alg.mw, Cost: cost, Headers: HeadersBoth,
+				}), clock, nil)
+				for i, s := range steps {
+					clock.advance(s.advance)
+					req := httptest.NewRequest(http.MethodGet, "/", nil)
+					req.Header.Set("X-Cost", strconv.Itoa(s.cost))
+					resp, err := app.Test(req, -1)
+					require.NoError(t, err)
+					require.NoError(t, resp.Body.Close())
+					got := strconv.Itoa(i) + ": " + strconv.Itoa(resp.StatusCode)
+					for _, name := range names {
+						got += " " + name + "=" + resp.Header.Get(name)
+					}
+					seen[b.name] = append(seen[b.name], got)
+				}
+			}
+			require.Equal(t, seen["memory"], seen["redis"])
+			assert.Contains(t, seen["memory"][5], ": 429", "the quota of 5 is spent and never comes back")
+		})
+	}
+}

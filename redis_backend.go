@@ -2,7 +2,10 @@ package limiter
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
+	"net"
 	"time"
 
 	"github.com/fiberlimit/limiter/storage/redis"
@@ -47,13 +50,16 @@ func newRedisBackend(storage redisConn, alg algorithm, prefix string, cfg *Confi
 	return &redisBackend{store: store, alg: algs[alg], prefix: prefix, probeKey: probeKeyOf(cfg)}
 }
 
-// honorsContext reports whether client returns by a context's deadline: a
-// go-redis client does only with ContextTimeoutEnabled set; otherwise it
-// waits for its own ReadTimeout (3 s by default) whatever the context says.
+// honorsContext reports whether a redis.Store over client returns by a
+// call's context deadline. It does over a plain or failover Client always
+// (redis.New calls through a copy with ContextTimeoutEnabled); over a
+// ClusterClient or Ring only when it was made with ContextTimeoutEnabled,
+// and otherwise waits for the client's ReadTimeout (3 s by default)
+// whatever the context says.
 func honorsContext(client goredis.UniversalClient) bool {
 	switch c := client.(type) {
 	case *goredis.Client:
-		return c.Options().ContextTimeoutEnabled
+		return true
 	case *goredis.ClusterClient:
 		return c.Options().ContextTimeoutEnabled
 	case *goredis.Ring:
@@ -67,9 +73,41 @@ func honorsContext(client goredis.UniversalClient) bool {
 // key, and keeps it for a ms or two. A server that is out of memory,
 // holds writes (CLIENT PAUSE WRITE) or refuses the credentials fails it,
 // where it would answer a PING.
+//
+// A probe that its deadline ends (no other cause known) tells whether
+// Redis takes connections at all, with a dial of its own: an outage's
+// reports after the first then say whether the server is gone (connection
+// refused) or there but not answering.
 func (b *redisBackend) probe(ctx context.Context) error {
 	_, err := b.store.Take(ctx, b.probeKey, redis.Rule{Algorithm: b.alg, Limit: math.MaxUint32, Window: time.Millisecond}, 1)
-	return err
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || hasCause(err) {
+		return err
+	}
+	c, ok := b.store.Conn().(*goredis.Client)
+	if !ok {
+		return err
+	}
+	opts := c.Options()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dialCheckTimeout)
+	defer cancel()
+	conn, dialErr := opts.Dialer(ctx, opts.Network, opts.Addr)
+	if dialErr != nil {
+		return fmt.Errorf("limiter: redis: cannot connect to %s (%w); the probe: %w", opts.Addr, dialErr, err)
+	}
+	_ = conn.Close()
+	return fmt.Errorf("%w (%s takes connections, but did not answer in time)", err, opts.Addr)
+}
+
+// dialCheckTimeout bounds the dial of a probe that tells whether Redis
+// takes connections.
+const dialCheckTimeout = 500 * time.Millisecond
+
+// hasCause tells whether err names what failed beyond a deadline: an error
+// reply, or a network error other than a timeout.
+func hasCause(err error) bool {
+	var reply interface{ RedisError() }
+	var netErr net.Error
+	return errors.As(err, &reply) || errors.As(err, &netErr) && !netErr.Timeout()
 }
 
 // checkEviction looks at whether the Redis servers may evict the

@@ -78,7 +78,9 @@ type rbVariant struct {
 }
 
 func rbClient(srv *redistest.Server, pool int, hook goredis.Hook) *goredis.Client {
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: pool})
+	// A hook sees storage/redis's calls on a client with
+	// ContextTimeoutEnabled only (see redis.New).
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: pool, ContextTimeoutEnabled: hook != nil})
 	if hook != nil {
 		c.AddHook(hook)
 	}

@@ -165,14 +165,23 @@ func (g *guardedStore) checkSettings(next int64) {
 		return
 	}
 	go func() {
+		after := int64(evictionRetry)
+		defer func() {
+			// A panic (in a go-redis hook, say) is the look's failure, not
+			// the process's.
+			if p := recover(); p != nil {
+				g.warn(fmt.Errorf("limiter: checking whether Redis may evict rate-limit keys panicked: %v", p))
+			}
+			if after >= 0 {
+				g.nextCheck.Store(g.now() + after)
+			}
+		}()
 		ctx, cancel := context.WithTimeout(context.Background(), max(g.timeout, time.Second))
 		defer cancel()
-		after, warning := g.store.(evictionChecker).checkEviction(ctx)
+		var warning error
+		after, warning = g.store.(evictionChecker).checkEviction(ctx)
 		if warning != nil {
 			g.warn(warning)
-		}
-		if after >= 0 {
-			g.nextCheck.Store(g.now() + after)
 		}
 	}()
 }
@@ -335,7 +344,7 @@ func within[T any](ctx context.Context, g *guardedStore, key string, call func(c
 	if g.ctxTimeout {
 		v, err := guarded(ctx, key, call)
 		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			err = fmt.Errorf("%w (%v): %w", ErrStorageTimeout, g.timeout, err)
+			err = &timedOut{err: err, timeout: g.timeout}
 		}
 		return v, err
 	}
@@ -357,6 +366,24 @@ func within[T any](ctx context.Context, g *guardedStore, key string, call func(c
 		return zero, fmt.Errorf("%w (%v)", ErrStorageTimeout, g.timeout)
 	}
 }
+
+// timedOut is the error of a call that StorageTimeout ended. It wraps
+// ErrStorageTimeout and the call's own error, and leads with the latter
+// when that names what failed (a refused dial, a reset connection, an
+// error reply that go-redis kept retrying) rather than the deadline alone.
+type timedOut struct {
+	err     error
+	timeout time.Duration
+}
+
+func (e *timedOut) Error() string {
+	if hasCause(e.err) {
+		return fmt.Sprintf("%v (StorageTimeout %v)", e.err, e.timeout)
+	}
+	return fmt.Sprintf("%v (%v): %v", ErrStorageTimeout, e.timeout, e.err)
+}
+
+func (e *timedOut) Unwrap() []error { return []error{ErrStorageTimeout, e.err} }
 
 // guarded runs call, turning a panic into an error.
 func guarded[T any](ctx context.Context, key string, call func(ctx context.Context, key string) (T, error)) (v T, err error) {

@@ -17,6 +17,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -55,9 +56,11 @@ var (
 
 // Store decides rate limits in Redis. It is safe for concurrent use.
 type Store struct {
-	client redis.UniversalClient
-	clock  func() time.Time
-	pipes  *pipelines // nil with WithoutPipelining
+	client   redis.UniversalClient // as given to New
+	calls    redis.UniversalClient // what the scripts go through: see withDeadlines
+	attempts *attempts             // nil for other than a plain Client
+	clock    func() time.Time
+	pipes    *pipelines // nil with WithoutPipelining
 
 	unpipelined bool
 }
@@ -115,18 +118,32 @@ func WithoutPipelining() Option {
 
 // New returns a Store over client, which may be a plain, cluster, ring or
 // failover client.
+//
+// Deadlines. Every call returns by its context's deadline. A ClusterClient
+// or Ring does so only with ContextTimeoutEnabled set (otherwise a call
+// waits up to its ReadTimeout, 3 s by default). A plain or failover Client
+// made without it (as gofiber/storage/redis makes its client) is used for
+// Take and Refund through a copy that Client.WithTimeout makes, sharing the
+// client's connections, with ContextTimeoutEnabled set on the copy alone.
+// go-redis does not carry a client's hooks over to such a copy: to have
+// hooks (redisotel, say) see the Store's calls, make the client with
+// ContextTimeoutEnabled, and it is used as it is. On the copy, a call that
+// its deadline ends while go-redis retries a failed connection returns the
+// error of that attempt (a reset connection, say) along with the
+// context's.
 func New(client redis.UniversalClient, opts ...Option) *Store {
 	s := &Store{client: client}
+	s.calls, s.attempts = withDeadlines(client)
 	for _, o := range opts {
 		o(s)
 	}
 	if !s.unpipelined {
-		s.pipes = newPipelines(client)
+		s.pipes = newPipelines(s.calls)
 	}
 	return s
 }
 
-// Conn returns the client the Store uses.
+// Conn returns the client given to New.
 func (s *Store) Conn() redis.UniversalClient { return s.client }
 
 // MaxRules is the most rules TakeAll and RefundAll decide together.
@@ -205,14 +222,20 @@ func (s *Store) run(ctx context.Context, key string, rules []Rule, cost int64, f
 	packed := arg[:argHeadSize+len(rules)*argRuleSize]
 	var res string
 	var err error
+	mark := s.attempts.mark()
 	if s.pipes != nil {
 		res, err = s.pipes.run(ctx, alg, key, packed)
 	} else {
-		res, err = runScript(ctx, s.client, alg, key, string(packed)).Result()
+		res, err = runScript(ctx, s.calls, alg, key, string(packed)).Result()
 	}
 	if err != nil {
 		// The key is left out: it may be a client's token, and it may be
 		// large.
+		if errors.Is(err, context.DeadlineExceeded) {
+			if cause := s.attempts.since(mark); cause != nil {
+				return "", fmt.Errorf("limiter: redis %s: %w, until the call's deadline passed (%w)", mode, cause, err)
+			}
+		}
 		return "", fmt.Errorf("limiter: redis %s: %w", mode, err)
 	}
 	return res, nil

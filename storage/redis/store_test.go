@@ -1298,7 +1298,10 @@ func TestCommandsPerDecision(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/server time %v/pipelined %v", a.name, serverTime, pipelined), func(t *testing.T) {
 					server := redistest.Start(t)
 					rdb := server.Client(t)
-					client := server.Client(t)
+					// With ContextTimeoutEnabled, so that the Store calls
+					// through the client itself, whose hook counts.
+					client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), ContextTimeoutEnabled: true})
+					t.Cleanup(func() { _ = client.Close() })
 					counter := &sentCounter{sent: map[string]int{}}
 					client.AddHook(counter)
 					var opts []Option
