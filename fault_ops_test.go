@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 )
 
 // These tests run the limiter against a redis-server configured the ways
@@ -45,6 +46,21 @@ func faultInfoInt(t *testing.T, admin *goredis.Client, section, field string) in
 	return 0
 }
 
+// faultWarmReplica builds one FailFallback replica on srv with a Storage of
+// kind and a hook, and sends it a first request ("warm": connected, script
+// loaded).
+func faultWarmReplica(t *testing.T, srv *redistest.Server, kind faultClient) ([]fasthttp.RequestHandler, *faultHook) {
+	t.Helper()
+	hook := &faultHook{}
+	replicas := faultReplicas(t, srv, kind, 1, func(int) Config {
+		cfg := faultConfig(FailFallback)
+		cfg.OnStorageError = hook.record
+		return cfg
+	})
+	require.Equal(t, fiber.StatusOK, faultGet(replicas[0], "warm").status)
+	return replicas, hook
+}
+
 // A Redis at maxmemory under noeviction answers every write with OOM. That
 // is the server out of service, not an answer about one key: the breaker
 // opens after BreakerFailures script calls, further requests do not wait
@@ -57,13 +73,7 @@ func TestFaultOutOfMemory(t *testing.T) {
 			srv := redistest.Start(t)
 			admin := srv.Client(t)
 			ctx := context.Background()
-			hook := &faultHook{}
-			replicas := faultReplicas(t, srv, kind, 1, func(int) Config {
-				cfg := faultConfig(FailFallback)
-				cfg.OnStorageError = hook.record
-				return cfg
-			})
-			require.Equal(t, fiber.StatusOK, faultGet(replicas[0], "warm").status)
+			replicas, hook := faultWarmReplica(t, srv, kind)
 
 			require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "1").Err())
 			t.Cleanup(func() { _ = admin.ConfigSet(ctx, "maxmemory", "0").Err() })
@@ -177,13 +187,7 @@ func TestFaultWritesPaused(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
-	hook := &faultHook{}
-	replicas := faultReplicas(t, srv, faultGoRedis, 1, func(int) Config {
-		cfg := faultConfig(FailFallback)
-		cfg.OnStorageError = hook.record
-		return cfg
-	})
-	require.Equal(t, fiber.StatusOK, faultGet(replicas[0], "warm").status)
+	replicas, hook := faultWarmReplica(t, srv, faultGoRedis)
 
 	const pause, callers = 2 * time.Second, 4
 	require.NoError(t, admin.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "WRITE").Err())
@@ -268,13 +272,7 @@ func TestFaultReportsNameTheCause(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			hook := &faultHook{}
-			replicas := faultReplicas(t, srv, faultGoRedis, 1, func(int) Config {
-				cfg := faultConfig(FailFallback)
-				cfg.OnStorageError = hook.record
-				return cfg
-			})
-			require.Equal(t, fiber.StatusOK, faultGet(replicas[0], "warm").status)
+			replicas, hook := faultWarmReplica(t, srv, faultGoRedis)
 			tc.down(t, srv)
 			start := time.Now()
 			var found error
