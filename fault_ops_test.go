@@ -233,7 +233,11 @@ func TestFaultWritesPaused(t *testing.T) {
 // to start it, and the first request after is decided in Redis.
 func TestFaultIdleReplicaProbes(t *testing.T) {
 	srv := redistest.Start(t)
-	replicas := faultReplicas(t, srv, faultGoRedis, faultReplicaN, func(int) Config { return faultConfig(FailFallback) })
+	replicas := faultReplicas(t, srv, faultGoRedis, faultReplicaN, func(int) Config {
+		cfg := faultConfig(FailFallback)
+		cfg.StorageTimeout = time.Second // a loaded machine's slow probe still succeeds
+		return cfg
+	})
 	for i, r := range faultSend(replicas, faultSame("warm"), 1) {
 		require.Equal(t, fiber.StatusOK, r[0].status, "replica %d", i)
 	}
@@ -242,9 +246,15 @@ func TestFaultIdleReplicaProbes(t *testing.T) {
 	srv.Restart()
 	admin := srv.Client(t)
 	back := time.Now()
-	faultWaitFor(t, "a probe from every replica", func() bool {
-		return faultScriptCalls(t, admin) >= faultReplicaN
+	// Each replica has a client of its own: a connection of each whose
+	// last command was the probe's script call, and whose probe has been
+	// answered (none is left waiting on it).
+	faultWaitFor(t, "a probe from every replica, answered", func() bool {
+		list, err := admin.ClientList(context.Background()).Result()
+		require.NoError(t, err)
+		return strings.Count(list, "cmd=eval") >= faultReplicaN && !strings.Contains(list, "flags=b")
 	})
+	time.Sleep(20 * time.Millisecond) // the answers, read
 	t.Logf("every replica probed within %v of Redis coming back", time.Since(back))
 	// Each replica's fallback counted its trip key 5 times; the fresh Redis
 	// has not counted it.

@@ -147,6 +147,10 @@ func TestHostileKeysBothBackends(t *testing.T) {
 						Expiration:        time.Minute,
 						LimiterMiddleware: alg.mw,
 						Storage:           newStorage(t),
+						// Long enough that a loaded machine's slow call on a
+						// 1 MiB key is still Redis's decision, not the
+						// fallback's.
+						StorageTimeout: 10 * time.Second,
 						KeyGenerator: func(c *fiber.Ctx) string {
 							i, err := strconv.Atoi(strings.TrimPrefix(c.Path(), "/"))
 							if err != nil || i < 0 || i >= len(keys) {
