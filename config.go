@@ -326,9 +326,10 @@ type Config struct {
 	// called on the request's goroutine, or the probe's, and should return
 	// quickly. Over Redis it is also told, from a goroutine of its own at
 	// the first decision and hourly after while it holds, when a server
-	// may evict the limiter's keys (an error wrapping ErrStorageEvicts), or
-	// once when a server refuses the INFO command that tells. Without it,
-	// those warnings go to the standard logger (log.Print).
+	// may evict the limiter's keys (a *StorageError with Failures 0 whose
+	// Err wraps ErrStorageEvicts), or once when a server refuses the INFO
+	// command that tells. Without it, those warnings go to the standard
+	// logger (log.Print).
 	//
 	// Optional. Default: nil
 	OnStorageError func(err error)

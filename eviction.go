@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -39,7 +40,13 @@ func checkEviction(ctx context.Context, client goredis.UniversalClient) (next in
 	var evicting []string
 	var failed error
 	check := func(ctx context.Context, node *goredis.Client) error {
-		info, err := node.Info(ctx, "memory").Result()
+		// Through a copy whose reads end by ctx's deadline, which the
+		// client itself may not honour (see redis.New).
+		timeout := time.Second
+		if deadline, ok := ctx.Deadline(); ok {
+			timeout = max(time.Millisecond, time.Until(deadline))
+		}
+		info, err := node.WithTimeout(timeout).Info(ctx, "memory").Result()
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {

@@ -43,21 +43,26 @@ func (p FailurePolicy) String() string {
 // within Config.StorageTimeout.
 var ErrStorageTimeout = errors.New("limiter: storage call timed out")
 
-// StorageError is what Config.OnStorageError receives.
+// StorageError is what Config.OnStorageError receives: a report of failed
+// storage calls, or (with Failures 0) a warning about the storage's
+// settings, such as one wrapping ErrStorageEvicts.
 type StorageError struct {
 	// Err is the latest failure: the storage's error, or one wrapping
-	// ErrStorageTimeout.
+	// ErrStorageTimeout; or the warning.
 	Err error
 	// Failures is the number of failed calls since the previous report,
-	// including this one.
+	// including this one; 0 for a warning.
 	Failures int
 	// BreakerOpen reports whether the breaker is open: requests are going
 	// to the FailurePolicy without waiting on Storage.
 	BreakerOpen bool
 }
 
-// Error describes the failure.
+// Error describes the failure, or the warning.
 func (e *StorageError) Error() string {
+	if e.Failures == 0 {
+		return e.Err.Error()
+	}
 	state := "closed"
 	if e.BreakerOpen {
 		state = "open"

@@ -56,14 +56,21 @@ func newRedisBackend(storage redisConn, alg algorithm, prefix string, cfg *Confi
 // ClusterClient or Ring only when it was made with ContextTimeoutEnabled,
 // and otherwise waits for the client's ReadTimeout (3 s by default)
 // whatever the context says.
+//
+// A negative ReadTimeout or WriteTimeout makes go-redis set no deadline on
+// the connection at all, not even the context's: such a client made with
+// ContextTimeoutEnabled does not return by the deadline either.
 func honorsContext(client goredis.UniversalClient) bool {
 	switch c := client.(type) {
 	case *goredis.Client:
-		return true
+		o := c.Options()
+		return !o.ContextTimeoutEnabled || o.ReadTimeout >= 0 && o.WriteTimeout >= 0
 	case *goredis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled && o.ReadTimeout >= 0 && o.WriteTimeout >= 0
 	case *goredis.Ring:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled && o.ReadTimeout >= 0 && o.WriteTimeout >= 0
 	}
 	return false
 }
@@ -88,14 +95,18 @@ func (b *redisBackend) probe(ctx context.Context) error {
 		return err
 	}
 	opts := c.Options()
+	server := opts.Addr
+	if server == "FailoverClient" { // go-redis's name for a Sentinel failover client
+		server = "the master that Sentinel names"
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dialCheckTimeout)
 	defer cancel()
 	conn, dialErr := opts.Dialer(ctx, opts.Network, opts.Addr)
 	if dialErr != nil {
-		return fmt.Errorf("limiter: redis: cannot connect to %s (%w); the probe: %w", opts.Addr, dialErr, err)
+		return fmt.Errorf("limiter: redis: cannot connect to %s (%w); the probe: %w", server, dialErr, err)
 	}
 	_ = conn.Close()
-	return fmt.Errorf("%w (%s takes connections, but did not answer in time)", err, opts.Addr)
+	return fmt.Errorf("%w (%s takes connections, but did not answer in time)", err, server)
 }
 
 // dialCheckTimeout bounds the dial of a probe that tells whether Redis

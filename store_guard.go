@@ -78,9 +78,18 @@ func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg Config, alg algor
 		clock:      cfg.clock,
 		origin:     time.Now(),
 	}
-	g.warn = cfg.OnStorageError
-	if g.warn == nil {
-		g.warn = func(err error) { log.Print(err) }
+	g.warn = func(err error) { log.Print(err) }
+	if hook := cfg.OnStorageError; hook != nil {
+		g.warn = func(err error) {
+			// Called on a goroutine of the limiter's own: a panic in the
+			// hook must not end the process.
+			defer func() {
+				if p := recover(); p != nil {
+					log.Printf("limiter: OnStorageError panicked: %v; it was told: %v", p, err)
+				}
+			}()
+			hook(&StorageError{Err: err, BreakerOpen: g.breaker.open()})
+		}
 	}
 	if _, ok := store.(evictionChecker); !ok {
 		g.nextCheck.Store(math.MaxInt64)
@@ -170,7 +179,7 @@ func (g *guardedStore) checkSettings(next int64) {
 			// A panic (in a go-redis hook, say) is the look's failure, not
 			// the process's.
 			if p := recover(); p != nil {
-				g.warn(fmt.Errorf("limiter: checking whether Redis may evict rate-limit keys panicked: %v", p))
+				log.Printf("limiter: checking whether Redis may evict rate-limit keys panicked: %v", p)
 			}
 			if after >= 0 {
 				g.nextCheck.Store(g.now() + after)
@@ -278,11 +287,14 @@ func unreachable(err error, took time.Duration) bool {
 		error
 		RedisError()
 	}
+	if errors.Is(err, ErrStorageTimeout) {
+		return true // whatever else the call met on the way
+	}
 	if errors.As(err, &reply) { // go-redis: an error reply from the server
 		return refusesService(reply.Error())
 	}
 	var netErr net.Error
-	if errors.Is(err, ErrStorageTimeout) || errors.As(err, &netErr) ||
+	if errors.As(err, &netErr) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, goredis.ErrClosed) || errors.Is(err, goredis.ErrPoolTimeout) || errors.Is(err, goredis.ErrPoolExhausted) {
 		return true
@@ -307,8 +319,16 @@ var outOfService = [...]string{
 }
 
 // refusesService tells whether a Redis error reply says that the server
-// cannot serve calls now (see outOfService).
+// cannot serve calls now (see outOfService). Redis 6 and earlier give an
+// error that a script's redis.call met as "ERR Error running script (...):
+// ...: -OOM command not allowed ...": the reply's own code follows the
+// last ": -".
 func refusesService(reply string) bool {
+	if strings.HasPrefix(reply, "ERR Error running script") {
+		if i := strings.LastIndex(reply, ": -"); i >= 0 {
+			reply = reply[i+3:]
+		}
+	}
 	for _, prefix := range outOfService {
 		if strings.HasPrefix(reply, prefix) {
 			return true

@@ -24,10 +24,10 @@ func withDeadlines(client redis.UniversalClient) (redis.UniversalClient, *attemp
 	if !ok || c.Options().ContextTimeoutEnabled {
 		return client, nil
 	}
-	timeout := c.Options().ReadTimeout
-	if timeout < -1 {
-		timeout = -1 // -2 sets no deadline at all, not even the context's
-	}
+	// go-redis sets no deadline at all for a negative timeout (it has
+	// made the -2 given to NewClient -1), not even the context's; 0 on
+	// the copy leaves the context's deadline alone.
+	timeout := max(0, c.Options().ReadTimeout)
 	clone := c.WithTimeout(timeout)
 	// WithTimeout gave the copy options of its own: setting them leaves
 	// the client given to New as it was.

@@ -46,6 +46,9 @@ end
 -- C call each. A value of an unexpected length reads as no state.
 local stored = redis.pcall('GET', key)
 if type(stored) == 'table' then
+  if string.sub(stored.err or '', 1, 9) ~= 'WRONGTYPE' then
+    return stored -- the server's error, as it is
+  end
   -- Not a string: another program's key under this name. That is an error
   -- for this key alone; so that it does not hold the key off for good, it
   -- is given the longest window as a TTL if it has none, after which this

@@ -43,12 +43,15 @@ if refund or (admitted == 1 and request_cost > 0) then
   end
 elseif repair and redis.call('PTTL', key) == -1 then
   -- A value that was not a state of these rules, left as it is: it gets
-  -- a TTL past any time it can still hold the key off (ahead and two
-  -- windows, of the longest limit).
+  -- a TTL past any time it can still hold the key off, of the longest
+  -- limit: its time may lie ahead (by up to `ahead`), and from there its
+  -- state lasts two windows at most, or for a bucket the time to refill
+  -- its whole burst.
   local hold = 0
   for i = 1, n do
-    local window, step = struct.unpack('<I7I4', ARGV[1], 26 * i - 5)
-    hold = math.max(hold, (math.max(window, idiv(60000 + step - 1, step)) + 2 * window) * step)
+    local limit, burst, window, step = struct.unpack('<I4I4I7I4', ARGV[1], 26 * i - 13)
+    local lasts = math.max(2 * window, idiv(burst * window + limit - 1, limit))
+    hold = math.max(hold, (math.max(window, idiv(60000 + step - 1, step)) + lasts) * step)
   end
   redis.call('PEXPIRE', key, hold)
 end
