@@ -1,0 +1,91 @@
+// Package behaviour is the one table of behaviours that every adapter of
+// the limiter (the Fiber v2 middleware, and each other framework's) must
+// show: statuses and exact headers on 200 and 429 for each algorithm,
+// sub-second windows, Next, KeyGenerator and LimitReached, Skip*Requests
+// with failed handlers, MaxFunc and Cost, DisableHeaders, and exactly Max
+// admitted under concurrency. An adapter's test implements Adapter and
+// calls Run; the cases are written once, here.
+package behaviour
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Algorithm names a LimiterMiddleware in an adapter-neutral way.
+type Algorithm string
+
+// The algorithms every adapter offers.
+const (
+	FixedWindow   Algorithm = "FixedWindow"
+	SlidingWindow Algorithm = "SlidingWindow"
+	TokenBucket   Algorithm = "TokenBucket"
+)
+
+// Algorithms are the algorithms, in the order the cases run them.
+var Algorithms = []Algorithm{FixedWindow, SlidingWindow, TokenBucket}
+
+// Config is a case's limiter, which an adapter builds in its own
+// framework's terms. Zero fields mean the adapter's defaults (Max 5 per
+// minute, the fixed window, the client's address as the key).
+type Config struct {
+	Algorithm  Algorithm
+	Max        int
+	Expiration time.Duration
+	// KeyFromHeader keys requests by their X-Key header.
+	KeyFromHeader bool
+	// MaxFromHeader makes Max per request the number in the X-Plan header
+	// (MaxFunc; 0 means no limit).
+	MaxFromHeader bool
+	// ExpensivePath costs 3 (Cost), every other path 1.
+	ExpensivePath string
+	// NextPath is skipped by the limiter (Next).
+	NextPath string
+	// Teapot answers a rejection with 418 and "slow down" (LimitReached).
+	Teapot                 bool
+	SkipFailedRequests     bool
+	SkipSuccessfulRequests bool
+	DisableHeaders         bool
+}
+
+// Request is one request to a case's server.
+type Request struct {
+	Path string // "/ok" unless set
+	Key  string // the X-Key header, when set
+	Plan string // the X-Plan header, when set
+}
+
+// Response is what a request got.
+type Response struct {
+	Status int
+	Header http.Header
+}
+
+// Paths of the handler behind the limiter, in every adapter: OK answers
+// 200; Bad sets 400; Err fails with the framework's own error of status
+// 503; Boom fails with a plain error (500). Any other path answers 200.
+const (
+	OK   = "/ok"
+	Bad  = "/bad"
+	Err  = "/err"
+	Boom = "/boom"
+)
+
+// Clock is a settable clock in ms that an adapter gives its limiter.
+type Clock struct{ ms atomic.Int64 }
+
+// Millis is the clock's time in ms.
+func (c *Clock) Millis() int64 { return c.ms.Load() }
+
+// Advance moves the clock on by d.
+func (c *Clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+// Adapter builds a server for a case: a limiter configured as cfg, on
+// clock (nil: the real clock), in front of the handler of the paths above.
+// The returned function sends one request; it must be safe for concurrent
+// use.
+type Adapter interface {
+	Serve(t *testing.T, cfg Config, clock *Clock) func(Request) Response
+}

@@ -1,0 +1,218 @@
+package behaviour
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Run runs every case against a, each as a subtest.
+func Run(t *testing.T, a Adapter) {
+	cases := []struct {
+		name string
+		run  func(t *testing.T, a Adapter)
+	}{
+		{"StatusesAndHeaders", statusesAndHeaders},
+		{"MillisecondWindows", millisecondWindows},
+		{"Next", next},
+		{"KeyGeneratorAndLimitReached", keyGeneratorAndLimitReached},
+		{"SkipRequests", skipRequests},
+		{"MaxFuncAndCost", maxFuncAndCost},
+		{"DisableHeaders", disableHeaders},
+		{"ConcurrentExact", concurrentExact},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, a) })
+	}
+}
+
+// headers is the rate-limit header set of a response, "" where absent.
+type headers struct{ limit, remaining, reset, retryAfter string }
+
+func headersOf(r Response) headers {
+	return headers{
+		r.Header.Get("X-RateLimit-Limit"), r.Header.Get("X-RateLimit-Remaining"),
+		r.Header.Get("X-RateLimit-Reset"), r.Header.Get("Retry-After"),
+	}
+}
+
+// Max 2 per 10 s, on a clock that stands still until the last request,
+// 2.5 s on: the statuses and every X-RateLimit header, to the second.
+func statusesAndHeaders(t *testing.T, a Adapter) {
+	want := map[Algorithm][]headers{
+		FixedWindow: {{"2", "1", "10", ""}, {"2", "0", "10", ""}, {"2", "0", "10", "10"}, {"2", "0", "8", "8"}},
+		// In the next window the two hits weigh 2*(1-e/10s): one more fits
+		// from e = 5 s.
+		SlidingWindow: {{"2", "1", "20", ""}, {"2", "0", "20", ""}, {"2", "0", "20", "15"}, {"2", "0", "18", "13"}},
+		// The bucket refills one token per 5 s.
+		TokenBucket: {{"2", "1", "5", ""}, {"2", "0", "10", ""}, {"2", "0", "10", "5"}, {"2", "0", "8", "3"}},
+	}
+	for _, alg := range Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			clock := &Clock{}
+			send := a.Serve(t, Config{Algorithm: alg, Max: 2, Expiration: 10 * time.Second}, clock)
+			var got []headers
+			var codes []int
+			for i := range 4 {
+				if i == 3 {
+					clock.Advance(2500 * time.Millisecond)
+				}
+				r := send(Request{})
+				codes = append(codes, r.Status)
+				got = append(got, headersOf(r))
+			}
+			assert.Equal(t, []int{200, 200, 429, 429}, codes)
+			assert.Equal(t, want[alg], got)
+		})
+	}
+}
+
+// A window of 100 ms: the wait rounds up to a second in Retry-After, and
+// two windows later every algorithm admits again.
+func millisecondWindows(t *testing.T, a Adapter) {
+	for _, alg := range Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			clock := &Clock{}
+			send := a.Serve(t, Config{Algorithm: alg, Max: 1, Expiration: 100 * time.Millisecond}, clock)
+			require.Equal(t, 200, send(Request{}).Status)
+			r := send(Request{})
+			require.Equal(t, 429, r.Status)
+			require.Equal(t, "1", r.Header.Get("Retry-After"), "sub-second waits round up to 1")
+			clock.Advance(200 * time.Millisecond)
+			require.Equal(t, 200, send(Request{}).Status)
+		})
+	}
+}
+
+// A path that Next skips is neither limited nor counted, and has no
+// headers.
+func next(t *testing.T, a Adapter) {
+	send := a.Serve(t, Config{Max: 1, NextPath: "/free"}, &Clock{})
+	for range 3 {
+		r := send(Request{Path: "/free"})
+		require.Equal(t, 200, r.Status)
+		require.Empty(t, r.Header.Get("X-RateLimit-Limit"))
+	}
+	require.Equal(t, 200, send(Request{}).Status)
+	require.Equal(t, 429, send(Request{}).Status)
+}
+
+// Keys are counted apart, and LimitReached answers a rejection, with the
+// headers set.
+func keyGeneratorAndLimitReached(t *testing.T, a Adapter) {
+	send := a.Serve(t, Config{Max: 1, KeyFromHeader: true, Teapot: true}, &Clock{})
+	require.Equal(t, 200, send(Request{Key: "a"}).Status)
+	require.Equal(t, 200, send(Request{Key: "b"}).Status)
+	r := send(Request{Key: "a"})
+	require.Equal(t, http.StatusTeapot, r.Status)
+	require.Equal(t, "60", r.Header.Get("Retry-After"))
+	require.Equal(t, "0", r.Header.Get("X-RateLimit-Remaining"))
+}
+
+// SkipFailedRequests gives a failed request's cost back, whether the
+// handler set a failing status, returned the framework's error or a plain
+// one; SkipSuccessfulRequests gives a successful one's back; the others
+// count.
+func skipRequests(t *testing.T, a Adapter) {
+	cases := []struct {
+		name       string
+		cfg        Config
+		path       string
+		wantStatus int
+		free       bool // every request's cost comes back
+	}{
+		{"failed status is skipped", Config{SkipFailedRequests: true}, Bad, 400, true},
+		{"framework error counts as failed", Config{SkipFailedRequests: true}, Err, 503, true},
+		{"plain error counts as failed", Config{SkipFailedRequests: true}, Boom, 500, true},
+		{"success is counted with SkipFailed", Config{SkipFailedRequests: true}, OK, 200, false},
+		{"success is skipped", Config{SkipSuccessfulRequests: true}, OK, 200, true},
+		{"failure is counted with SkipSuccessful", Config{SkipSuccessfulRequests: true}, Err, 503, false},
+	}
+	for _, c := range cases {
+		for _, alg := range Algorithms {
+			t.Run(c.name+"/"+string(alg), func(t *testing.T) {
+				cfg := c.cfg
+				cfg.Max, cfg.Algorithm = 2, alg
+				send := a.Serve(t, cfg, &Clock{})
+				for i := range 5 {
+					r := send(Request{Path: c.path})
+					if c.free || i < 2 {
+						require.Equal(t, c.wantStatus, r.Status, "request %d", i)
+					} else {
+						require.Equal(t, 429, r.Status, "request %d", i)
+					}
+				}
+			})
+		}
+	}
+}
+
+// MaxFunc per request (0: unlimited, without headers) and Cost: a cost
+// above the limit is rejected for good, without Retry-After.
+func maxFuncAndCost(t *testing.T, a Adapter) {
+	send := a.Serve(t, Config{KeyFromHeader: true, MaxFromHeader: true, ExpensivePath: "/expensive"}, &Clock{})
+	for range 10 {
+		r := send(Request{Key: "free", Plan: "0"})
+		require.Equal(t, 200, r.Status)
+		require.Empty(t, r.Header.Get("X-RateLimit-Limit"))
+	}
+	require.Equal(t, "1", send(Request{Path: "/expensive", Key: "pro", Plan: "4"}).Header.Get("X-RateLimit-Remaining"))
+	require.Equal(t, 200, send(Request{Key: "pro", Plan: "4"}).Status)
+	require.Equal(t, 429, send(Request{Key: "pro", Plan: "4"}).Status)
+	r := send(Request{Path: "/expensive", Key: "tiny", Plan: "2"})
+	require.Equal(t, 429, r.Status)
+	require.Empty(t, r.Header.Get("Retry-After"))
+	require.Equal(t, "2", r.Header.Get("X-RateLimit-Remaining"))
+}
+
+// DisableHeaders drops the X-RateLimit headers, not Retry-After on a 429.
+func disableHeaders(t *testing.T, a Adapter) {
+	send := a.Serve(t, Config{Max: 1, DisableHeaders: true}, &Clock{})
+	require.Empty(t, send(Request{}).Header.Get("X-RateLimit-Limit"))
+	r := send(Request{})
+	require.Equal(t, 429, r.Status)
+	require.Empty(t, r.Header.Get("X-RateLimit-Remaining"))
+	require.Equal(t, "60", r.Header.Get("Retry-After"))
+}
+
+// 200 concurrent requests on one key with Max 50 per hour: exactly 50 are
+// admitted, the rest rejected, for every algorithm.
+func concurrentExact(t *testing.T, a Adapter) {
+	for _, alg := range Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			const max, callers = 50, 200
+			send := a.Serve(t, Config{Algorithm: alg, Max: max, Expiration: time.Hour}, nil)
+			var admitted, rejected atomic.Int64
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					switch r := send(Request{}); r.Status {
+					case 200:
+						admitted.Add(1)
+					case 429:
+						rejected.Add(1)
+					default:
+						t.Errorf("status %d", r.Status)
+					}
+				}()
+			}
+			wg.Wait()
+			require.Equal(t, int64(max), admitted.Load())
+			require.Equal(t, int64(callers-max), rejected.Load())
+		})
+	}
+}
+
+// PlanOf is the Max of a request's X-Plan header, for MaxFromHeader.
+func PlanOf(header string) int {
+	n, _ := strconv.Atoi(header)
+	return n
+}
