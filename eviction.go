@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -39,13 +40,13 @@ func checkEviction(ctx context.Context, client goredis.UniversalClient) (next in
 	var evicting []string
 	var failed error
 	check := func(ctx context.Context, node *goredis.Client) error {
-		// On the client itself, which may wait for its ReadTimeout rather
-		// than ctx's deadline: this runs on a goroutine of its own, and no
-		// other look starts while it waits. (A WithTimeout copy made here,
-		// while the client sets connections up, is a data race in go-redis
-		// v9.17, which copies the options without the lock that v9.23
-		// takes.)
-		info, err := node.Info(ctx, "memory").Result()
+		// Through a copy whose reads end by ctx's deadline, which the
+		// client itself may not honour (see redis.New).
+		timeout := time.Second
+		if deadline, ok := ctx.Deadline(); ok {
+			timeout = max(time.Millisecond, time.Until(deadline))
+		}
+		info, err := node.WithTimeout(timeout).Info(ctx, "memory").Result()
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {

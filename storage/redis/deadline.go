@@ -28,9 +28,6 @@ func withDeadlines(client redis.UniversalClient) (redis.UniversalClient, *attemp
 	// made the -2 given to NewClient -1), not even the context's; 0 on
 	// the copy leaves the context's deadline alone.
 	timeout := max(0, c.Options().ReadTimeout)
-	// Made once, here: go-redis v9.17 copies the options without the lock
-	// under which a connection being set up may change them (v9.23 takes
-	// it).
 	clone := c.WithTimeout(timeout)
 	// WithTimeout gave the copy options of its own: setting them leaves
 	// the client given to New as it was.
