@@ -328,8 +328,9 @@ type Config struct {
 	// the first decision and hourly after while it holds, when a server
 	// may evict the limiter's keys (a *StorageError with Failures 0 whose
 	// Err wraps ErrStorageEvicts), or once when a server refuses the INFO
-	// command that tells. Without it, those warnings go to the standard
-	// logger (log.Print).
+	// command that tells; the limiters of a process that share a Redis
+	// look once between them, and the one that looks is told. Without it,
+	// those warnings go to the standard logger (log.Print).
 	//
 	// Optional. Default: nil
 	OnStorageError func(err error)

@@ -34,6 +34,7 @@ func TestEvictingRedisIsReported(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.maxmemory+"/"+tc.policy, func(t *testing.T) {
+			evictionLooks.Clear() // a port an earlier test's server had
 			srv := redistest.Start(t, "--maxmemory", tc.maxmemory, "--maxmemory-policy", tc.policy)
 			admin := srv.Client(t)
 			var mu sync.Mutex
@@ -77,6 +78,7 @@ func TestEvictingRedisIsReported(t *testing.T) {
 
 // Without OnStorageError, the warning goes to the standard logger.
 func TestEvictingRedisIsLogged(t *testing.T) {
+	evictionLooks.Clear()
 	srv := redistest.Start(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lfu")
 	var buf bytes.Buffer
 	var mu sync.Mutex
@@ -102,6 +104,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // A server that refuses INFO (an ACL user without it) cannot be checked:
 // that is said once, and the limiter goes on deciding in Redis.
 func TestEvictionUncheckable(t *testing.T) {
+	evictionLooks.Clear()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -128,4 +131,37 @@ func TestEvictionUncheckable(t *testing.T) {
 	assert.Equal(t, fiber.StatusOK, code)
 	remaining := faultGet(replica, "first").remaining
 	assert.Equal(t, "7", remaining, "decided in Redis")
+}
+
+// Limiters of one process that share a Redis look at it, and warn, once
+// between them: three limiters, each deciding, make one INFO and one
+// report in all.
+func TestEvictionLookedAtOncePerRedis(t *testing.T) {
+	evictionLooks.Clear()
+	srv := redistest.Start(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	admin := srv.Client(t)
+	var mu sync.Mutex
+	var reports []error
+	var replicas []func()
+	for _, name := range []string{"burst", "hourly", "login"} {
+		replica := replicaHandler(Config{
+			Name: name, Max: 10, Expiration: time.Minute, Storage: redis.New(srv.Client(t)),
+			OnStorageError: func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() },
+		})
+		replicas = append(replicas, func() { serveKeyed(replica, "k") })
+	}
+	for _, decide := range replicas {
+		decide()
+	}
+	faultWaitFor(t, "the report", func() bool { mu.Lock(); defer mu.Unlock(); return len(reports) > 0 })
+	for range 3 {
+		for _, decide := range replicas {
+			decide()
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	assert.Len(t, reports, 1)
+	mu.Unlock()
+	assert.Equal(t, 1, faultCommandCalls(t, admin, "info"))
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fiberlimit/limiter/storage/redis"
@@ -122,10 +124,33 @@ func hasCause(err error) bool {
 }
 
 // checkEviction looks at whether the Redis servers may evict the
-// limiter's keys (see checkEviction).
+// limiter's keys (see checkEviction), unless another limiter of this
+// process on the same Redis has looked within evictionCheckEvery: the
+// limiters sharing a Redis look, and warn, once between them.
 func (b *redisBackend) checkEviction(ctx context.Context) (next int64, warning error) {
-	return checkEviction(ctx, b.store.Conn())
+	id := storeIdentity(b.store)
+	if id == "" {
+		return checkEviction(ctx, b.store.Conn())
+	}
+	v, _ := evictionLooks.LoadOrStore(id, new(atomic.Int64))
+	looked := v.(*atomic.Int64)
+	now, last := time.Now().UnixMilli(), looked.Load()
+	if last != 0 && now-last < evictionCheckEvery || !looked.CompareAndSwap(last, now) {
+		return evictionCheckEvery, nil // another limiter has looked, or is looking
+	}
+	next, warning = checkEviction(ctx, b.store.Conn())
+	switch {
+	case next == evictionRetry:
+		looked.CompareAndSwap(now, last) // it could not look: the next limiter to ask may
+	case next < 0:
+		looked.Store(math.MaxInt64) // it never can: nor can the others
+	}
+	return next, warning
 }
+
+// evictionLooks holds, by storeIdentity, when (Unix ms) a limiter of this
+// process last looked at that Redis's eviction settings.
+var evictionLooks sync.Map
 
 // rules converts ls to the store's rules, with their steps.
 func (b *redisBackend) rules(ls *limits, into *[maxLimits]redis.Rule) []redis.Rule {
