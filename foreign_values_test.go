@@ -139,21 +139,14 @@ func TestRedisMatchesMemoryAsLimitsChange(t *testing.T) {
 	server := redistest.Start(t)
 	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
 		t.Run(alg.name(), func(t *testing.T) {
-			// The clock is the trace's steps plus the real time the test has
-			// run, so that it never runs slower than Redis's own clock, by
-			// which a key's TTL passes (see TestLimitsMatchMemory).
-			const base = int64(1_700_000_000_000)
-			var clock testClock
-			clock.now.Store(base)
-			began, random := time.Now(), int64(0)
+			clock := newTraceClock(1_700_000_000_000)
 			mem := newManager(alg, 1, 1<<20, clock.millis)
 			red := newRedisBackend(redis.New(server.Client(t)), alg, "change:", &Config{clock: clock.millis})
 			rng := rand.New(rand.NewPCG(7, uint64(alg)))
 			ctx := context.Background()
 			spent := 0
 			for i := range 4000 {
-				random += rng.Int64N(40)
-				clock.now.Store(base + random + (time.Since(began).Nanoseconds()+999_999)/1_000_000)
+				clock.step(rng.Int64N(40))
 				k := rng.IntN(6)
 				key := "k" + strconv.Itoa(k)
 				r := rule{limit: int64(1 + rng.IntN(8)), window: 200 * ms}

@@ -214,12 +214,8 @@ func TestLimitsExactAcrossReplicas(t *testing.T) {
 // admitted, is part of the trace; after each refund a cost-0 request shows
 // what it left.
 //
-// The clock is the trace's random steps plus the real time the test has
-// run (rounded up to ms), so that it never runs slower than Redis's own
-// clock, by which Redis drops a key once its TTL (set in the test clock's
-// ms) has passed: a key Redis dropped is then one the manager holds as
-// expired too. (Redis keeping a key the manager dropped is a case the
-// scripts must, and do, treat as the manager does.)
+// The clock is a traceClock. (Redis keeping a key the manager dropped is a
+// case the scripts must, and do, treat as the manager does.)
 func TestLimitsMatchMemory(t *testing.T) {
 	server := redistest.Start(t)
 	cases := []struct {
@@ -243,8 +239,7 @@ func TestLimitsMatchMemory(t *testing.T) {
 					ls.r[i] = r
 				}
 				const base = int64(1_700_000_000_000)
-				var clock testClock
-				clock.now.Store(base)
+				clock := newTraceClock(base)
 				mem := newManager(alg, ls.n, 1<<20, clock.millis)
 				red := newRedisBackend(redis.New(server.Client(t)), alg, "limits-diff:"+alg.name()+":"+c.name+":", &Config{clock: clock.millis})
 				rng := rand.New(rand.NewPCG(7, uint64(alg)<<8|uint64(ls.n)))
@@ -254,8 +249,6 @@ func TestLimitsMatchMemory(t *testing.T) {
 				}
 				held := map[string][]taken{} // admitted requests not yet refunded
 				var admitted, rejected, never, refunds int
-				began := time.Now()
-				random := int64(0)
 				ctx := context.Background()
 				compare := func(step int, key string, cost int64) verdict {
 					t.Helper()
@@ -267,8 +260,7 @@ func TestLimitsMatchMemory(t *testing.T) {
 					return want
 				}
 				for step := range 500 {
-					random += rng.Int64N(c.step)
-					clock.now.Store(base + random + (time.Since(began).Nanoseconds()+999_999)/1_000_000)
+					clock.step(rng.Int64N(c.step))
 					key := "k" + strconv.Itoa(rng.IntN(5))
 					if h := held[key]; len(h) > 0 && rng.IntN(6) == 0 {
 						j := rng.IntN(len(h))

@@ -174,21 +174,14 @@ func TestRedisMatchesMemory(t *testing.T) {
 	server := redistest.Start(t)
 	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
 		t.Run(alg.name(), func(t *testing.T) {
-			// The clock is the trace's steps plus the real time the test has
-			// run, so that it never runs slower than Redis's own clock, by
-			// which a key's TTL passes (see TestLimitsMatchMemory).
-			base := 1_700_000_000_000 + rand.Int64N(int64(time.Hour/time.Millisecond))
-			var clock testClock
-			clock.now.Store(base)
-			began, random := time.Now(), int64(0)
+			clock := newTraceClock(1_700_000_000_000 + rand.Int64N(int64(time.Hour/time.Millisecond)))
 			mem := newManager(alg, 1, 1<<20, clock.millis)
 			red := newRedisBackend(redis.New(server.Client(t)), alg, "diff:", &Config{clock: clock.millis})
 			rng := rand.New(rand.NewPCG(3, uint64(alg)))
 			last := map[string]Decision{}
 			ctx := context.Background()
 			for i := range 4000 {
-				random += rng.Int64N(30)
-				clock.now.Store(base + random + (time.Since(began).Nanoseconds()+999_999)/1_000_000)
+				clock.step(rng.Int64N(30))
 				k := rng.IntN(12)
 				key := "k" + strconv.Itoa(k)
 				// Each key keeps its rule: a state is read with the rule it
