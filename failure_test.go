@@ -262,19 +262,21 @@ func TestHangingKeyDoesNotPileUpGoroutines(t *testing.T) {
 	app := newApp(Config{
 		// The timeout is what a hung call costs each request; it is long
 		// enough that the other keys' calls, on a loaded machine under the
-		// race detector, finish within it.
-		Max: 1000, Storage: store, KeyGenerator: headerKey, StorageTimeout: 25 * time.Millisecond, FailurePolicy: FailClosed,
+		// race detector (with other packages' tests running beside), finish
+		// within it.
+		Max: 1000, Storage: store, KeyGenerator: headerKey, StorageTimeout: 100 * time.Millisecond, FailurePolicy: FailClosed,
 	}, &testClock{}, nil)
 	before := runtime.NumGoroutine()
+	const rounds = 40
 	admitted := 0
-	for i := range 100 {
+	for i := range rounds {
 		assert.Equal(t, 503, get(t, app, "/", "hang").StatusCode, "request %d", i)
 		// Other keys; about one in 64 shares the hung key's lock.
 		if get(t, app, "/", "other-"+strconv.Itoa(i)).StatusCode == 200 {
 			admitted++
 		}
 	}
-	assert.GreaterOrEqual(t, admitted, 85, "other keys were decided by the storage")
+	assert.GreaterOrEqual(t, admitted, rounds-6, "other keys were decided by the storage")
 	time.Sleep(100 * time.Millisecond) // past the last waiter's deadline
 	assert.LessOrEqual(t, runtime.NumGoroutine()-before, 5, "goroutines left behind")
 }
