@@ -81,10 +81,7 @@ func checkEviction(ctx context.Context, client goredis.UniversalClient) (next in
 	if failed == nil {
 		return evictionCheckEvery, nil
 	}
-	var reply interface {
-		error
-		RedisError()
-	}
+	var reply goredis.Error // an error reply from the server
 	if errors.As(failed, &reply) {
 		msg := reply.Error()
 		if strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "ERR unknown command") || !refusesService(msg) {

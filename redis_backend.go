@@ -118,7 +118,7 @@ const dialCheckTimeout = 500 * time.Millisecond
 // hasCause tells whether err names what failed beyond a deadline: an error
 // reply, or a network error other than a timeout.
 func hasCause(err error) bool {
-	var reply interface{ RedisError() }
+	var reply goredis.Error
 	var netErr net.Error
 	return errors.As(err, &reply) || errors.As(err, &netErr) && !netErr.Timeout()
 }

@@ -283,10 +283,7 @@ func (g *guardedStore) failed(err error, took time.Duration, probe bool) {
 // unreachable tells whether err, from a call that took took, says that the
 // store is out of reach or out of service rather than answering.
 func unreachable(err error, took time.Duration) bool {
-	var reply interface {
-		error
-		RedisError()
-	}
+	var reply goredis.Error // an error reply from the server
 	if errors.Is(err, ErrStorageTimeout) {
 		return true // whatever else the call met on the way
 	}
