@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"reflect"
-	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -440,30 +439,13 @@ func configDefault(config ...Config) Config {
 	}
 	checkNonNegative("Max", cfg.Max)
 	checkNonNegative("Burst", cfg.Burst)
-	checkNonNegative("MaxKeys", cfg.MaxKeys)
-	checkNonNegative("BreakerFailures", cfg.BreakerFailures)
-	checkNonNegative("DenyCacheKeys", cfg.DenyCacheKeys)
 	if cfg.IPv6Prefix < 0 || cfg.IPv6Prefix > 128 {
 		panic(fmt.Sprintf("limiter: IPv6Prefix is %d; it must be 0 (the default, %d) to 128 (each address on its own)", cfg.IPv6Prefix, defaultIPv6Prefix))
 	}
 	if cfg.IPv6Prefix == 0 {
 		cfg.IPv6Prefix = defaultIPv6Prefix
 	}
-	if cfg.DenyCacheKeys > maxDenyCacheKeys {
-		panic(fmt.Sprintf("limiter: DenyCacheKeys is %d; it must be at most %d (it is allocated at New)", cfg.DenyCacheKeys, maxDenyCacheKeys))
-	}
-	if cfg.BreakerFailures > math.MaxInt32 {
-		panic(fmt.Sprintf("limiter: BreakerFailures is %d; it must be at most %d", cfg.BreakerFailures, math.MaxInt32))
-	}
-	checkMillisecondsOrZero("StorageTimeout", cfg.StorageTimeout, ConfigDefault.StorageTimeout)
-	checkMillisecondsOrZero("BreakerCooldown", cfg.BreakerCooldown, ConfigDefault.BreakerCooldown)
-	if cfg.FailurePolicy > FailClosed {
-		panic(fmt.Sprintf("limiter: FailurePolicy is %d; it must be FailFallback, FailOpen or FailClosed", cfg.FailurePolicy))
-	}
 	checkMillisecondsOrZero("Expiration", cfg.Expiration, ConfigDefault.Expiration)
-	if i := strings.IndexAny(cfg.Name, ":{}"); i >= 0 {
-		panic(fmt.Sprintf("limiter: Name %q contains %q; it must not contain ':', '{' or '}' (it is a part of every key in Storage, and braces would make it a Redis Cluster hash tag)", cfg.Name, cfg.Name[i]))
-	}
 	if len(cfg.Limits) > 0 {
 		checkLimits(&cfg)
 	} else {
@@ -524,26 +506,6 @@ func checkLimits(cfg *Config) {
 		panic("limiter: Limits and MaxFunc are both set; MaxFunc sets the Max of a single limit: use Max and Expiration with it, or Limits without it")
 	case cfg.Burst != 0:
 		panic(fmt.Sprintf("limiter: Limits is set, and so is Burst (%d); set each limit's Burst in Limits", cfg.Burst))
-	case len(cfg.Limits) > maxLimits:
-		panic(fmt.Sprintf("limiter: Limits has %d limits; give at most %d", len(cfg.Limits), maxLimits))
-	}
-	for i, l := range cfg.Limits {
-		field := fmt.Sprintf("Limits[%d].", i)
-		if l.Max <= 0 {
-			panic(fmt.Sprintf("limiter: %sMax is %d; it must be >= 1", field, l.Max))
-		}
-		if l.Expiration < time.Millisecond {
-			panic(fmt.Sprintf("limiter: %sExpiration is %v; it must be at least 1ms", field, l.Expiration))
-		}
-		checkNonNegative(field+"Burst", l.Burst)
-		window := windowMillis(l.Expiration)
-		checkLimit(field+"Max", l.Max)
-		checkLimit(field+"Burst", l.Burst)
-		for j, o := range cfg.Limits[:i] {
-			if windowMillis(o.Expiration) == window {
-				panic(fmt.Sprintf("limiter: Limits[%d] and Limits[%d] have the same Expiration (%v); give each limit its own window", j, i, l.Expiration))
-			}
-		}
 	}
 }
 
@@ -565,8 +527,8 @@ func checkMillisecondsOrZero(field string, d, def time.Duration) {
 // valid limit works with any window: a quota too large to count in
 // milliseconds is counted in coarser steps (see package timestep).
 func checkLimit(field string, v int) {
-	if int64(v) > maxLimit {
-		panic(fmt.Sprintf("limiter: %s is %d; it must be at most %d (below 2^32)", field, v, maxLimit))
+	if int64(v) > math.MaxUint32 {
+		panic(fmt.Sprintf("limiter: %s is %d; it must be at most %d (below 2^32)", field, v, math.MaxUint32))
 	}
 }
 

@@ -3,8 +3,6 @@ package limiter
 import (
 	"bytes"
 	"context"
-	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,45 +127,4 @@ func isString(t *testing.T, client *goredis.Client, key string) bool {
 	typ, err := client.Type(context.Background(), key).Result()
 	require.NoError(t, err)
 	return typ == "string"
-}
-
-// A state kept from a larger Max or Burst (lowered by a deploy, or by
-// MaxFunc per request) reads as the whole quota spent, in memory and in
-// Redis alike: a random trace whose limit and burst change from request to
-// request gives the same decisions from both.
-func TestRedisMatchesMemoryAsLimitsChange(t *testing.T) {
-	server := redistest.Start(t)
-	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
-		t.Run(alg.name(), func(t *testing.T) {
-			clock := newTraceClock(1_700_000_000_000)
-			mem := newManager(alg, 1, 1<<20, clock.millis)
-			red := newRedisBackend(redis.New(server.Client(t)), alg, "change:", &Config{clock: clock.millis})
-			rng := rand.New(rand.NewPCG(7, uint64(alg)))
-			ctx := context.Background()
-			spent := 0
-			for i := range 4000 {
-				clock.step(rng.Int64N(40))
-				k := rng.IntN(6)
-				key := "k" + strconv.Itoa(k)
-				r := rule{limit: int64(1 + rng.IntN(8)), window: 200 * ms}
-				r.burst = r.limit
-				if alg == algToken {
-					// A bucket's state ends when its debt has refilled at
-					// its rate: a key keeps its rate, so that the manager and
-					// Redis (by its TTL, in its own time) end it alike.
-					r.limit, r.burst = int64(2+k%3), int64(1+rng.IntN(10))
-				}
-				cost := int64(rng.IntN(3))
-				want, err := takeRule(mem, ctx, key, r, cost)
-				require.NoError(t, err)
-				got, err := takeRule(red, ctx, key, r, cost)
-				require.NoError(t, err)
-				require.Equal(t, want, got, "step %d key %s rule %+v cost %d", i, key, r, cost)
-				if !want.Allowed && want.Remaining == 0 && want.RetryAfter <= r.span(r.window) {
-					spent++
-				}
-			}
-			assert.Greater(t, spent, 100, "the trace rarely found a quota spent")
-		})
-	}
 }

@@ -208,7 +208,7 @@ func TestOnDecisionEvents(t *testing.T) {
 func TestDecisionSourceStrings(t *testing.T) {
 	want := map[DecisionSource]string{
 		SourceBackend: "backend", SourceDenyCache: "deny_cache", SourceFallback: "fallback",
-		SourceFailOpen: "fail_open", SourceFailClosed: "fail_closed", 9: "DecisionSource(9)",
+		SourceFailOpen: "fail_open", SourceFailClosed: "fail_closed", 9: "Source(9)",
 	}
 	for s, name := range want {
 		assert.Equal(t, name, s.String())

@@ -91,48 +91,6 @@ func TestLongestDurations(t *testing.T) {
 	assert.Equal(t, strconv.FormatInt(ceilSeconds(time.Duration(math.MaxInt64)), 10), resp.Header.Get("Retry-After"))
 }
 
-// FuzzQuota: for any Max below 2^32, any Expiration from 1 ms to the
-// longest Duration, any cost, and takes at any time of the window, each
-// algorithm decides without overflow: Remaining in [0, Limit], durations
-// not negative, a cost above the quota never admitted and anything up to it
-// admitted on a fresh key, with exactly quota - cost left.
-func FuzzQuota(f *testing.F) {
-	f.Add(uint32(5), int64(time.Minute), uint32(1), uint16(0))
-	f.Add(uint32(math.MaxUint32), int64(math.MaxInt64), uint32(math.MaxUint32), uint16(65535))
-	f.Add(uint32(2_000_000_000), int64(365*24*time.Hour), uint32(7), uint16(3))
-	f.Fuzz(func(t *testing.T, maxQ uint32, expNS int64, cost uint32, at uint16) {
-		if maxQ == 0 {
-			maxQ = 1
-		}
-		exp := time.Duration(max(expNS, int64(time.Millisecond))) // 1 ms to the longest Duration
-		for _, alg := range []algorithm{algFixed, algSliding, algToken} {
-			cfg := Config{Max: int(maxQ), Expiration: exp}
-			ls := limitsOf(&cfg)
-			r := ls.r[0]
-			quota := quota(alg, r)
-			var sts [maxLimits]state
-			now := int64(at) * (windowMillis(exp)/65536 + 1)
-			v := alg.decide(&sts, now, &ls, int64(cost))
-			d := v.each[0]
-			require.Equal(t, int64(cost) <= quota, d.Allowed, "cost %d, quota %d", cost, quota)
-			require.Equal(t, int64(cost) > quota, d.RetryAfter == InfDuration)
-			if d.Allowed {
-				require.Equal(t, quota-int64(cost), int64(d.Remaining))
-			}
-			for _, later := range []int64{now + 1, now + windowMillis(exp)/2, now + windowMillis(exp), now + 2*windowMillis(exp)} {
-				v = alg.decide(&sts, later, &ls, 1)
-				for _, d := range v.each[:1] {
-					require.GreaterOrEqual(t, d.Remaining, 0)
-					require.LessOrEqual(t, int64(d.Remaining), quota)
-					require.GreaterOrEqual(t, d.ResetAfter, time.Duration(0))
-					require.GreaterOrEqual(t, d.RetryAfter, time.Duration(0))
-				}
-			}
-			require.GreaterOrEqual(t, policyWindow(alg, r), exp.Truncate(time.Millisecond))
-		}
-	})
-}
-
 // An Expiration of the longest Duration decides on Redis exactly as in
 // memory: the same statuses and headers for the same requests, as the
 // clock runs from milliseconds to centuries, for each algorithm.

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -167,89 +166,6 @@ func TestRedisCluster(t *testing.T) {
 	}
 }
 
-// A random trace of (time, key, cost, refund) gives the same decisions from
-// the in-memory manager and from Redis, with the client clock, for every
-// algorithm.
-func TestRedisMatchesMemory(t *testing.T) {
-	server := redistest.Start(t)
-	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
-		t.Run(alg.name(), func(t *testing.T) {
-			clock := newTraceClock(1_700_000_000_000 + rand.Int64N(int64(time.Hour/time.Millisecond)))
-			mem := newManager(alg, 1, 1<<20, clock.millis)
-			red := newRedisBackend(redis.New(server.Client(t)), alg, "diff:", &Config{clock: clock.millis})
-			rng := rand.New(rand.NewPCG(3, uint64(alg)))
-			last := map[string]Decision{}
-			ctx := context.Background()
-			for i := range 4000 {
-				clock.step(rng.Int64N(30))
-				k := rng.IntN(12)
-				key := "k" + strconv.Itoa(k)
-				// Each key keeps its rule: a state is read with the rule it
-				// was written under (a changed limit may be seen differently
-				// by a state the manager has dropped and a key Redis still
-				// holds until its TTL).
-				r := rule{limit: int64(3 + k%4), window: 100 * ms}
-				r.burst = r.limit
-				if alg == algToken {
-					r.burst = 6
-				}
-				cost := int64(rng.IntN(4))
-				if d, ok := last[key]; ok && rng.IntN(5) == 0 {
-					require.NoError(t, refundRule(mem, ctx, key, r, 1, d))
-					require.NoError(t, refundRule(red, ctx, key, r, 1, d))
-					delete(last, key)
-					continue
-				}
-				want, err := takeRule(mem, ctx, key, r, cost)
-				require.NoError(t, err)
-				got, err := takeRule(red, ctx, key, r, cost)
-				require.NoError(t, err)
-				require.Equal(t, want, got, "step %d key %s cost %d", i, key, cost)
-				if want.Allowed && cost > 0 {
-					last[key] = want
-				}
-			}
-		})
-	}
-}
-
-// SkipFailedRequests through Redis gives the cost back in the window it
-// was counted in, also when the request ends after that window has passed,
-// exactly as the in-memory manager does.
-func TestRedisRefunds(t *testing.T) {
-	server := redistest.Start(t)
-	for _, alg := range algorithms {
-		t.Run(alg.name, func(t *testing.T) {
-			backends := map[string]fiber.Storage{"memory": nil, "redis": redis.New(server.Client(t))}
-			statuses := map[string][]int{}
-			for name, storage := range backends {
-				clock := &testClock{}
-				clock.advance(time.Hour)
-				app := newApp(strict(Config{
-					Max: 2, Expiration: time.Second, Storage: storage, LimiterMiddleware: alg.mw,
-					SkipFailedRequests: true, KeyPrefix: "refund-" + alg.name + ":",
-				}), clock, func(c *fiber.Ctx) error {
-					switch c.Path() {
-					case "/bad":
-						return fiber.ErrBadRequest
-					case "/slow-bad": // fails after its window has ended
-						clock.advance(time.Second)
-						return fiber.ErrBadRequest
-					}
-					return nil
-				})
-				var got []int
-				for _, path := range []string{"/bad", "/bad", "/bad", "/ok", "/slow-bad", "/ok", "/ok", "/ok"} {
-					got = append(got, get(t, app, path, "").StatusCode)
-				}
-				statuses[name] = got
-			}
-			assert.Equal(t, statuses["memory"], statuses["redis"])
-			assert.Equal(t, []int{400, 400, 400, 200, 400}, statuses["redis"][:5], "failed requests must be free")
-		})
-	}
-}
-
 // Decisions go on after the server forgets its scripts and after it restarts.
 func TestRedisScriptFlushAndRestart(t *testing.T) {
 	for name, opts := range map[string][]redis.Option{"pipelined": nil, "unpipelined": {redis.WithoutPipelining()}} {
@@ -307,6 +223,43 @@ func TestRedisKeysHaveTTL(t *testing.T) {
 	n, err := client.DBSize(context.Background()).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(21), n, "nothing but the limited keys is stored")
+}
+
+// SkipFailedRequests through Redis gives the cost back in the window it
+// was counted in, also when the request ends after that window has passed,
+// exactly as the in-memory manager does.
+func TestRedisRefunds(t *testing.T) {
+	server := redistest.Start(t)
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			backends := map[string]fiber.Storage{"memory": nil, "redis": redis.New(server.Client(t))}
+			statuses := map[string][]int{}
+			for name, storage := range backends {
+				clock := &testClock{}
+				clock.advance(time.Hour)
+				app := newApp(strict(Config{
+					Max: 2, Expiration: time.Second, Storage: storage, LimiterMiddleware: alg.mw,
+					SkipFailedRequests: true, KeyPrefix: "refund-" + alg.name + ":",
+				}), clock, func(c *fiber.Ctx) error {
+					switch c.Path() {
+					case "/bad":
+						return fiber.ErrBadRequest
+					case "/slow-bad": // fails after its window has ended
+						clock.advance(time.Second)
+						return fiber.ErrBadRequest
+					}
+					return nil
+				})
+				var got []int
+				for _, path := range []string{"/bad", "/bad", "/bad", "/ok", "/slow-bad", "/ok", "/ok", "/ok"} {
+					got = append(got, get(t, app, path, "").StatusCode)
+				}
+				statuses[name] = got
+			}
+			assert.Equal(t, statuses["memory"], statuses["redis"])
+			assert.Equal(t, []int{400, 400, 400, 200, 400}, statuses["redis"][:5], "failed requests must be free")
+		})
+	}
 }
 
 // Replicas whose clocks are seconds apart agree when Redis keeps the time,

@@ -31,34 +31,6 @@ func TestNamesOfLimitsInSteps(t *testing.T) {
 	assert.Equal(t, []string{"limiter::fw:1s+720h@1152ms:0.0.0.0"}, keys)
 }
 
-// A state written in other time steps (the same key decided under another
-// rule, or a value from elsewhere) lies far ahead of now in this rule's
-// steps: it reads as no state, and cannot lock the key out for its
-// decades.
-func TestStateFromOtherStepsIsNoState(t *testing.T) {
-	store := redis.New(redistest.Start(t).Client(t))
-	ctx := context.Background()
-	day := 24 * time.Hour
-	first := redis.Rule{Algorithm: redis.FixedWindow, Limit: 100_000_000, Window: day}  // 4 ms steps
-	second := redis.Rule{Algorithm: redis.FixedWindow, Limit: 200_000_000, Window: day} // 8 ms steps
-	r, err := store.Take(ctx, "k", first, 100_000_000)
-	require.NoError(t, err)
-	require.True(t, r.Allowed)
-	r, err = store.Take(ctx, "k", second, 200_000_000)
-	require.NoError(t, err)
-	assert.True(t, r.Allowed, "the 4 ms state, read in 8 ms steps, is not a state of this rule")
-	r, err = store.Take(ctx, "k", second, 1)
-	require.NoError(t, err)
-	assert.False(t, r.Allowed)
-	assert.LessOrEqual(t, r.RetryAfter, day, "a day's wait, not decades")
-
-	// The in-memory twin reads such a state the same way.
-	ls := one(newRule(200_000_000, 200_000_000, day, 200_000_000))
-	sts := [maxLimits]state{{a: 1 << 46, b: 200_000_000}}
-	v := algFixed.decide(&sts, 1<<40, &ls, 1)
-	assert.True(t, v.allowed())
-}
-
 // Stacked limiters of this package under one policy name: the 429's
 // RateLimit lists both, the rejecting limiter's spent member too.
 func TestStackedLimitersOfOneName(t *testing.T) {

@@ -11,6 +11,8 @@
 // billion per 30 days, and a window is a whole number of steps, rounded up.
 package timestep
 
+import "strconv"
+
 // MaxProduct bounds limit × window, window in steps.
 const MaxProduct = 1 << 51
 
@@ -44,4 +46,24 @@ const divisorSearch = 256
 // Steps is the window of windowMS ms in whole steps of step ms, rounded up.
 func Steps(windowMS, step int64) int64 {
 	return (windowMS + step - 1) / step
+}
+
+// AppendWindow appends a window of ms milliseconds in a short form, one per
+// value: hours, minutes and seconds ("1h30m", "15s") when it is whole
+// seconds, else milliseconds ("1500ms").
+func AppendWindow(b []byte, ms int64) []byte {
+	if ms%1000 != 0 {
+		return append(strconv.AppendInt(b, ms, 10), "ms"...)
+	}
+	s := ms / 1000
+	for _, unit := range [...]struct {
+		secs int64
+		name byte
+	}{{3600, 'h'}, {60, 'm'}, {1, 's'}} {
+		if n := s / unit.secs; n > 0 {
+			b = append(strconv.AppendInt(b, n, 10), unit.name)
+			s -= n * unit.secs
+		}
+	}
+	return b
 }

@@ -1,4 +1,4 @@
-package limiter
+package quota
 
 import (
 	"errors"
@@ -36,7 +36,7 @@ const (
 // fuzzTrace.take) and that no window, tracked independently from the
 // decisions, ever counts more than the limit, nor differs from Remaining.
 func FuzzFixedWindow(f *testing.F) {
-	fuzzAlgorithm(f, algFixed, func(r rule) fuzzModel { return &fixedModel{r: r} })
+	fuzzAlgorithm(f, FixedWindow, func(r rule) fuzzModel { return &fixedModel{r: r} })
 }
 
 // FuzzSlidingWindow checks every decision of the sliding window (see
@@ -45,19 +45,19 @@ func FuzzFixedWindow(f *testing.F) {
 // prev*(window-elapsed) + cur*window <= limit*window, and Remaining is the
 // estimate's.
 func FuzzSlidingWindow(f *testing.F) {
-	fuzzAlgorithm(f, algSliding, func(r rule) fuzzModel { return &slidingModel{r: r, counts: map[int64]int64{}} })
+	fuzzAlgorithm(f, SlidingWindow, func(r rule) fuzzModel { return &slidingModel{r: r, counts: map[int64]int64{}} })
 }
 
 // FuzzTokenBucket checks every decision of the token bucket (see
 // fuzzTrace.take) and that over any interval [t1, t2] of the trace the cost
 // admitted and not refunded is at most burst + floor(limit*(t2-t1)/window).
 func FuzzTokenBucket(f *testing.F) {
-	fuzzAlgorithm(f, algToken, func(r rule) fuzzModel { return &tokenModel{r: r} })
+	fuzzAlgorithm(f, TokenBucket, func(r rule) fuzzModel { return &tokenModel{r: r} })
 }
 
 // fuzzAlgorithm seeds f and fuzzes alg's step functions against a fresh
 // model of each input's rule.
-func fuzzAlgorithm(f *testing.F, alg algorithm, newModel func(rule) fuzzModel) {
+func fuzzAlgorithm(f *testing.F, alg Algorithm, newModel func(rule) fuzzModel) {
 	large := func(x uint64) uint64 { return 8 * (x - 1) } // fuzzSize's encoding of a size above small
 	seeds := []struct {
 		limit, burst, window uint64
@@ -99,11 +99,11 @@ func fuzzAlgorithm(f *testing.F, alg algorithm, newModel func(rule) fuzzModel) {
 // fuzzRule maps fuzz inputs to a valid rule: mostly small limits and bursts
 // (1..50) and windows (1..5000 ms), sometimes anything the arithmetic allows.
 // burst is only the token bucket's.
-func fuzzRule(alg algorithm, limit, burst, window uint64) rule {
+func fuzzRule(alg Algorithm, limit, burst, window uint64) rule {
 	w := fuzzSize(window, 5000, timestep.MaxProduct)
 	r := rule{limit: min(fuzzSize(limit, 50, maxLimit), timestep.MaxProduct/w), window: w}
 	r.burst = r.limit
-	if alg == algToken {
+	if alg == TokenBucket {
 		r.burst = min(fuzzSize(burst, 50, maxLimit), timestep.MaxProduct/w)
 	}
 	return r
@@ -130,7 +130,7 @@ func hugeCost(capacity, arg int64) int64 {
 // fuzzTrace plays one fuzz input against a step function and a model.
 type fuzzTrace struct {
 	t        *testing.T
-	alg      algorithm
+	alg      Algorithm
 	r        rule
 	model    fuzzModel
 	s        state      // the key's state
@@ -209,14 +209,14 @@ func (tr *fuzzTrace) take(at, cost int64) {
 	tr.check(d.Limit == int(capacity), "Limit is not the capacity")
 	tr.check(d.Remaining >= 0 && d.Remaining <= d.Limit, "Remaining outside [0, Limit]")
 	tr.check(d.ResetAfter >= 0 && d.RetryAfter >= 0, "negative ResetAfter or RetryAfter")
-	tr.check((cost > capacity) == (d.RetryAfter == InfDuration), "RetryAfter is InfDuration but for cost > capacity")
+	tr.check((cost > capacity) == (d.RetryAfter == Never), "RetryAfter is InfDuration but for cost > capacity")
 	tr.check(cost > 0 || d.Allowed, "cost 0 rejected")
 	if d.Allowed {
 		tr.check(d.RetryAfter == 0, "admitted with a RetryAfter")
 	} else {
 		tr.check(s == tr.s, "a rejected take changed the state")
 		tr.check(d.RetryAfter > 0, "rejected with RetryAfter 0")
-		tr.check(d.RetryAfter == InfDuration || d.ResetAfter >= d.RetryAfter, "ResetAfter < RetryAfter")
+		tr.check(d.RetryAfter == Never || d.ResetAfter >= d.RetryAfter, "ResetAfter < RetryAfter")
 	}
 	tr.check(tr.admits(s, at, int64(d.Remaining)), "a take of Remaining is rejected")
 	tr.check(!tr.admits(s, at, int64(d.Remaining)+1), "a take of Remaining+1 is admitted")
@@ -263,7 +263,7 @@ func (tr *fuzzTrace) admits(s state, at, cost int64) bool {
 // ceilMillis is d in whole milliseconds, rounded up, unless d is InfDuration
 // or saturated at InfDuration-1.
 func ceilMillis(d time.Duration) (int64, bool) {
-	if d >= InfDuration-1 {
+	if d >= Never-1 {
 		return 0, false
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond), true
@@ -282,7 +282,7 @@ func (tr *fuzzTrace) refund(arg int64) {
 		return
 	}
 	i := pending[arg%int64(len(pending))]
-	if tr.alg == algToken {
+	if tr.alg == TokenBucket {
 		// Latest first: see tokenModel.admit for why the bucket's bound
 		// holds only for refunds in that order.
 		i = pending[0]

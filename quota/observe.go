@@ -1,12 +1,13 @@
-package limiter
+package quota
 
 import (
 	"strconv"
 	"time"
 )
 
-// DecisionEvent describes one rate-limit decision, for Config.OnDecision.
-// It is passed by value and holds nothing the hook must release.
+// DecisionEvent describes one rate-limit decision of a middleware of this
+// module (Fiber v2, Fiber v3, net/http), for its Config.OnDecision. It is
+// passed by value and holds nothing the hook must release.
 type DecisionEvent struct {
 	// Key is the limited key. It may point into the request's buffers:
 	// copy it (strings.Clone) to keep it past the call.
@@ -30,16 +31,16 @@ type DecisionEvent struct {
 	Cost int
 	// RetryAfter is zero for an admitted request; for a rejected one, the
 	// time until the same request would be admitted (by every limit), or
-	// InfDuration.
+	// Never.
 	RetryAfter time.Duration
 	// Algorithm is "fixed_window", "sliding_window" or "token_bucket".
 	Algorithm string
 	// Backend is "memory" (the in-memory manager), "redis" (the atomic
-	// Lua store) or "storage" (another fiber.Storage).
+	// Lua store) or "storage" (another Storage).
 	Backend string
 	// Source says what answered: the backend, the deny cache, or, while
 	// Storage fails, the failure policy.
-	Source DecisionSource
+	Source Source
 	// Latency is how long the decision took, from the call to the backend
 	// to its answer.
 	Latency time.Duration
@@ -49,12 +50,13 @@ type DecisionEvent struct {
 // backend, because Storage failed or its breaker was open.
 func (e DecisionEvent) Fallback() bool { return e.Source >= SourceFallback }
 
-// DecisionSource says what answered a decision.
-type DecisionSource uint8
+// Source says what answered a decision.
+type Source uint8
 
 const (
-	// SourceBackend: the in-memory manager, or Storage.
-	SourceBackend DecisionSource = iota
+	// SourceBackend: the limiter's own state, in memory, Redis or
+	// Storage.
+	SourceBackend Source = iota
 	// SourceDenyCache: an earlier rejection by Storage, remembered on
 	// this replica until its RetryAfter.
 	SourceDenyCache
@@ -70,7 +72,7 @@ const (
 
 // String returns "backend", "deny_cache", "fallback", "fail_open" or
 // "fail_closed", suitable as a metric label.
-func (s DecisionSource) String() string {
+func (s Source) String() string {
 	switch s {
 	case SourceBackend:
 		return "backend"
@@ -83,19 +85,18 @@ func (s DecisionSource) String() string {
 	case SourceFailClosed:
 		return "fail_closed"
 	}
-	return "DecisionSource(" + strconv.Itoa(int(s)) + ")"
+	return "Source(" + strconv.Itoa(int(s)) + ")"
 }
 
-// sourceOf maps a Decision's internal source to its public name.
-func sourceOf(s decisionSource) DecisionSource {
-	switch s {
-	case fromDenyCache:
-		return SourceDenyCache
-	case fromFallback:
-		return SourceFallback
+// String returns "fixed_window", "sliding_window" or "token_bucket".
+func (a Algorithm) String() string {
+	switch a {
+	case FixedWindow:
+		return "fixed_window"
+	case SlidingWindow:
+		return "sliding_window"
+	case TokenBucket:
+		return "token_bucket"
 	}
-	return SourceBackend
+	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
-
-// algorithmNames are the Algorithm values of DecisionEvent.
-var algorithmNames = [...]string{algFixed: "fixed_window", algSliding: "sliding_window", algToken: "token_bucket"}

@@ -1,4 +1,4 @@
-package limiter
+package quota
 
 import "time"
 
@@ -35,26 +35,27 @@ func one(r rule) limits {
 	return ls
 }
 
-// verdict is a decision under every limit of a limiter: each[i] is limit
-// i's part (its Limit, Remaining, ResetAfter and RetryAfter, and where the
-// cost was counted). Every part has the same Allowed: whether the request
-// was admitted and counted. On a rejection, a limit that would have
-// admitted the request has RetryAfter 0 and describes its state as it
-// stands, without the cost.
-type verdict struct {
-	n    int
-	each [maxLimits]Decision
-	// source is what decided: the backend, or, in front of a store, the
-	// deny cache or the fallback limiter.
-	source decisionSource
+// Result is what a take decided, under every limit of the Limiter: one
+// Decision per limit (Decisions), each with its Limit, Remaining,
+// ResetAfter and RetryAfter. Every part has the same Allowed: whether the
+// take was admitted and counted. On a rejection, a limit that would have
+// admitted it has RetryAfter 0 and describes its state as it stands,
+// without the cost.
+type Result struct {
+	n      int
+	each   [maxLimits]Decision
+	source Source // what decided
+	varied bool   // by TakeWith, under first
+	first  rule
 }
 
-// allowed reports whether the request was admitted.
-func (v *verdict) allowed() bool { return v.each[0].Allowed }
+// Allowed reports whether the take was admitted and its cost counted.
+func (v *Result) Allowed() bool { return v.each[0].Allowed }
 
-// retryAfter is when every limit would admit the same request: the longest
-// RetryAfter of the limits (InfDuration when one never will).
-func (v *verdict) retryAfter() time.Duration {
+// RetryAfter is 0 for an admitted take; for a rejected one, when every
+// limit would admit the same take: the longest RetryAfter of the limits
+// (Never when one never will).
+func (v *Result) RetryAfter() time.Duration {
 	retry := v.each[0].RetryAfter
 	for i := 1; i < v.n; i++ {
 		retry = max(retry, v.each[i].RetryAfter)
@@ -62,9 +63,21 @@ func (v *verdict) retryAfter() time.Duration {
 	return retry
 }
 
+// Decisions returns each limit's part, in the order of Config.Limits.
+func (v *Result) Decisions() []Decision { return v.each[:v.n] }
+
+// Tightest returns the part of the most restrictive limit, the one the
+// X-RateLimit headers describe: the least Remaining, then the longest
+// wait.
+func (v *Result) Tightest() Decision { return v.each[v.tightest()] }
+
+// Source says what answered: the backend, the deny cache, or the failure
+// policy.
+func (v *Result) Source() Source { return v.source }
+
 // spentFor is how many whole seconds the limits with nothing left need to
 // have their quota fully back (the longest), or 0 when none is spent.
-func (v *verdict) spentFor() int64 {
+func (v *Result) spentFor() int64 {
 	var spent int64
 	for i := range v.n {
 		if d := &v.each[i]; d.Remaining == 0 {
@@ -77,7 +90,7 @@ func (v *verdict) spentFor() int64 {
 // tightest returns the index of the most restrictive limit, the one the
 // X-RateLimit headers and OnDecision describe: the least Remaining, then
 // the longest wait (RetryAfter on a rejection, else ResetAfter).
-func (v *verdict) tightest() int {
+func (v *Result) tightest() int {
 	best := 0
 	for i := 1; i < v.n; i++ {
 		d, b := &v.each[i], &v.each[best]
@@ -97,9 +110,9 @@ func (v *verdict) tightest() int {
 // have admitted it is decided again at cost 0, so that its part describes
 // the state the request leaves behind. Both backends' twins (the Lua
 // scripts) do the same, pass for pass.
-func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int64) verdict {
+func (a Algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int64) Result {
 	a.plausible(sts, now, ls)
-	v := verdict{n: ls.n}
+	v := Result{n: ls.n}
 	if ls.n == 1 {
 		sts[0], v.each[0] = a.take(sts[0], ls.r[0].at(now), ls.r[0], cost)
 		return v
@@ -135,7 +148,7 @@ func (a algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int
 //     reads as the whole quota spent, and one below zero as nothing.
 //
 // The Lua twins read their values the same way.
-func (a algorithm) plausible(sts *[maxLimits]state, now int64, ls *limits) {
+func (a Algorithm) plausible(sts *[maxLimits]state, now int64, ls *limits) {
 	for i := range ls.n {
 		s, r := &sts[i], &ls.r[i]
 		// The window first: a state within it needs no division.
@@ -144,7 +157,7 @@ func (a algorithm) plausible(sts *[maxLimits]state, now int64, ls *limits) {
 			continue
 		}
 		quota := r.limit
-		if a == algToken {
+		if a == TokenBucket {
 			quota = r.burst * r.window
 		}
 		if s.b > quota || s.b < 0 {
@@ -160,7 +173,7 @@ func (a algorithm) plausible(sts *[maxLimits]state, now int64, ls *limits) {
 // window its part of v says the cost was counted in, and returns the
 // verdict of a take of cost 0 after it: the state the refund leaves, for
 // the headers. The Lua twins do the same in one script call.
-func (a algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost int64, v *verdict) verdict {
+func (a Algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost int64, v *Result) Result {
 	a.plausible(sts, now, ls)
 	for i := range ls.n {
 		sts[i] = a.refund(sts[i], ls.r[i].at(now), ls.r[i], cost, v.each[i])
@@ -176,10 +189,38 @@ func (a algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost 
 
 // expiryAll is the time (ms) from which the states of every limit hold
 // nothing: the latest of their expiries.
-func (a algorithm) expiryAll(sts *[maxLimits]state, ls *limits) int64 {
+func (a Algorithm) expiryAll(sts *[maxLimits]state, ls *limits) int64 {
 	exp := int64(0)
 	for i := range ls.n {
 		exp = max(exp, a.expiry(sts[i], ls.r[i])*ls.r[i].stepMillis())
 	}
 	return exp
+}
+
+// capacity is the Limit of a decision under r: the bucket's capacity for
+// the token bucket, else the limit.
+func capacity(alg Algorithm, r rule) int64 {
+	if alg == TokenBucket {
+		return r.burst
+	}
+	return r.limit
+}
+
+// policyWindow is a Decision's Window under rule r: the window, or for the
+// token bucket the time an empty bucket takes to fill.
+func policyWindow(alg Algorithm, r rule) time.Duration {
+	steps := r.window
+	if alg == TokenBucket && r.burst != r.limit {
+		steps = ceilDiv(r.burst*r.window, r.limit) // burst*window is within 2^51
+	}
+	return r.span(steps)
+}
+
+// ceilSeconds rounds a non-negative duration up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	n := int64(d / time.Second)
+	if d%time.Second != 0 {
+		n++
+	}
+	return n
 }

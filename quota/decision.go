@@ -1,4 +1,4 @@
-package limiter
+package quota
 
 import (
 	"context"
@@ -8,12 +8,12 @@ import (
 	"github.com/fiberlimit/limiter/internal/timestep"
 )
 
-// InfDuration is the RetryAfter of a request that can never be admitted,
-// because its cost is larger than the limit (or the token bucket's Burst).
-// No Retry-After header is sent for such a request.
-const InfDuration = time.Duration(math.MaxInt64)
+// Never is the RetryAfter of a take that can never be admitted, because
+// its cost is larger than the limit (or the token bucket's Burst). The
+// middlewares send no Retry-After header for it.
+const Never = time.Duration(math.MaxInt64)
 
-// Decision is the outcome of one rate-limit check for one key.
+// Decision is the outcome of a take under one limit.
 type Decision struct {
 	// Allowed reports whether the request was admitted and its cost counted.
 	// A rejected request consumes nothing.
@@ -31,19 +31,15 @@ type Decision struct {
 	// never can be.
 	RetryAfter time.Duration
 
+	// Window is the limit's period, as the RateLimit-Policy header's w
+	// gives it: its Expiration, or for TokenBucket the time an empty
+	// bucket takes to fill to Burst.
+	Window time.Duration
+
 	// countedIn identifies where an admitted cost was counted (the window's
 	// start in ms for the windows), so a refund credits that same window.
 	countedIn int64
 }
-
-// decisionSource says what made a Decision.
-type decisionSource uint8
-
-const (
-	fromBackend   decisionSource = iota // the in-memory manager or the store
-	fromDenyCache                       // a store's earlier rejection, kept locally
-	fromFallback                        // the in-memory fallback of FailFallback
-)
 
 // rule is everything a backend needs, besides the key and the cost, to decide.
 // Times are integers in steps of step ms (see package timestep), in both
@@ -115,16 +111,27 @@ type state struct {
 	c    uint32
 }
 
-// algorithm names one of the step functions, each in its own file. It is a
-// small integer rather than an interface: the step functions take and return
-// state and Decision by value, and a direct call passes them in registers
-// where an interface call would spill them (a third of a take's cost).
-type algorithm uint8
+// Algorithm is how a Limiter decides under each limit. It names one of the
+// step functions, each in its own file, as a small integer rather than an
+// interface: the step functions take and return state and Decision by
+// value, and a direct call passes them in registers where an interface
+// call would spill them (a third of a take's cost).
+type Algorithm uint8
 
 const (
-	algFixed algorithm = iota + 1
-	algSliding
-	algToken
+	// FixedWindow admits at most Max units per window of Expiration, the
+	// window starting at a key's first counted take. The cheapest; a key
+	// can spend 2*Max across the boundary of two windows. The default.
+	FixedWindow Algorithm = iota + 1
+	// SlidingWindow admits while the estimate previous*(1-elapsed/window)
+	// + current + cost stays within Max, from the counts of the window
+	// running and the one before it: no boundary burst.
+	SlidingWindow
+	// TokenBucket gives each key a bucket of Burst tokens (default Max)
+	// that refills at Max per Expiration; a take of cost n takes n
+	// tokens. Short bursts up to Burst, a long-run rate of Max per
+	// Expiration, no window edges.
+	TokenBucket
 )
 
 // Every step function is pure: time comes in as now (ms), state goes in and
@@ -132,11 +139,11 @@ const (
 //
 // take decides a request of cost units at now and returns the state to keep:
 // with the cost counted when it is admitted, else s unchanged.
-func (a algorithm) take(s state, now int64, r rule, cost int64) (state, Decision) {
+func (a Algorithm) take(s state, now int64, r rule, cost int64) (state, Decision) {
 	switch a {
-	case algFixed:
+	case FixedWindow:
 		return fixedWindow{}.take(s, now, r, cost)
-	case algSliding:
+	case SlidingWindow:
 		return slidingWindow{}.take(s, now, r, cost)
 	}
 	return tokenBucket{}.take(s, now, r, cost)
@@ -144,11 +151,11 @@ func (a algorithm) take(s state, now int64, r rule, cost int64) (state, Decision
 
 // refund credits cost units of an admitted request back, in the window that
 // d says it was counted in, if that window still counts.
-func (a algorithm) refund(s state, now int64, r rule, cost int64, d Decision) state {
+func (a Algorithm) refund(s state, now int64, r rule, cost int64, d Decision) state {
 	switch a {
-	case algFixed:
+	case FixedWindow:
 		return fixedWindow{}.refund(s, now, r, cost, d)
-	case algSliding:
+	case SlidingWindow:
 		return slidingWindow{}.refund(s, now, r, cost, d)
 	}
 	return tokenBucket{}.refund(s, now, r, cost, d)
@@ -156,22 +163,22 @@ func (a algorithm) refund(s state, now int64, r rule, cost int64, d Decision) st
 
 // expiry is the time (ms) from which s holds nothing: a fresh state is
 // equivalent. It is the latest time the state must be kept.
-func (a algorithm) expiry(s state, r rule) int64 {
+func (a Algorithm) expiry(s state, r rule) int64 {
 	switch a {
-	case algFixed:
+	case FixedWindow:
 		return fixedWindow{}.expiry(s, r)
-	case algSliding:
+	case SlidingWindow:
 		return slidingWindow{}.expiry(s, r)
 	}
 	return tokenBucket{}.expiry(s, r)
 }
 
 // name is the algorithm's tag in storage keys.
-func (a algorithm) name() string {
+func (a Algorithm) name() string {
 	switch a {
-	case algFixed:
+	case FixedWindow:
 		return "fw"
-	case algSliding:
+	case SlidingWindow:
 		return "sw"
 	}
 	return "tb"
@@ -181,10 +188,10 @@ func (a algorithm) name() string {
 // under every limit of ls at once (see verdict). The deciding core
 // (algorithms, backends, Decision) knows nothing of Fiber.
 type backend interface {
-	take(ctx context.Context, key string, ls *limits, cost int64) (verdict, error)
+	take(ctx context.Context, key string, ls *limits, cost int64) (Result, error)
 	// refund credits the cost of a request that take admitted with v, and
 	// returns the verdict of the state it leaves (as a take of cost 0).
-	refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) (verdict, error)
+	refund(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error)
 }
 
 // millis converts a span of milliseconds to a Duration: 0 when negative,
@@ -193,8 +200,8 @@ func millis(n int64) time.Duration {
 	switch {
 	case n <= 0:
 		return 0
-	case n >= int64(InfDuration/time.Millisecond):
-		return InfDuration - 1
+	case n >= int64(Never/time.Millisecond):
+		return Never - 1
 	}
 	return time.Duration(n) * time.Millisecond
 }

@@ -1,4 +1,4 @@
-package limiter
+package quota
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ func deny(limit, remaining int, reset, retry time.Duration) Decision {
 }
 
 // runSteps plays the steps against one key's state.
-func runSteps(t *testing.T, alg algorithm, r rule, steps []stepCase) {
+func runSteps(t *testing.T, alg Algorithm, r rule, steps []stepCase) {
 	t.Helper()
 	var s state
 	var last Decision
@@ -51,7 +51,7 @@ func runSteps(t *testing.T, alg algorithm, r rule, steps []stepCase) {
 		d.countedIn = 0
 		require.Equal(t, st.want, d, "step %d at %dms cost %d", i, st.at, st.cost)
 		require.GreaterOrEqual(t, d.ResetAfter, time.Duration(0))
-		if d.RetryAfter != InfDuration && !d.Allowed {
+		if d.RetryAfter != Never && !d.Allowed {
 			require.GreaterOrEqual(t, d.ResetAfter, d.RetryAfter, "step %d: ResetAfter < RetryAfter", i)
 		}
 	}
@@ -91,9 +91,9 @@ func TestFixedWindowSteps(t *testing.T) {
 			{at: 0, cost: 1, want: allow(3, 0, time.Second)},
 		}},
 		{"cost above the limit is never admitted", []stepCase{
-			{at: 0, cost: 4, want: deny(3, 3, 0, InfDuration)},
+			{at: 0, cost: 4, want: deny(3, 3, 0, Never)},
 			{at: 0, cost: 1, want: allow(3, 2, time.Second)},
-			{at: 0, cost: 4, want: deny(3, 2, time.Second, InfDuration)},
+			{at: 0, cost: 4, want: deny(3, 2, time.Second, Never)},
 		}},
 		{"cost zero is admitted uncounted", []stepCase{
 			{at: 0, cost: 3, want: allow(3, 0, time.Second)},
@@ -117,7 +117,7 @@ func TestFixedWindowSteps(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { runSteps(t, algFixed, r, tt.steps) })
+		t.Run(tt.name, func(t *testing.T) { runSteps(t, FixedWindow, r, tt.steps) })
 	}
 }
 
@@ -166,7 +166,7 @@ func TestSlidingWindowSteps(t *testing.T) {
 			{at: sec + 500*ms, cost: 0, want: allow(10, 8, 500*time.Millisecond)},
 		}},
 		{"cost above the limit is never admitted", []stepCase{
-			{at: 0, cost: 11, want: deny(10, 10, 0, InfDuration)},
+			{at: 0, cost: 11, want: deny(10, 10, 0, Never)},
 		}},
 		{"refund lands in the previous window after a roll", []stepCase{
 			{at: 0, cost: 10, want: allow(10, 0, 2*time.Second)},
@@ -175,7 +175,7 @@ func TestSlidingWindowSteps(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { runSteps(t, algSliding, r, tt.steps) })
+		t.Run(tt.name, func(t *testing.T) { runSteps(t, SlidingWindow, r, tt.steps) })
 	}
 }
 
@@ -199,7 +199,7 @@ func TestTokenBucketSteps(t *testing.T) {
 			{at: 10 * sec, cost: 1, want: allow(5, 4, 100*time.Millisecond)},
 		}},
 		{"cost above burst is never admitted", []stepCase{
-			{at: 0, cost: 6, want: deny(5, 5, 0, InfDuration)},
+			{at: 0, cost: 6, want: deny(5, 5, 0, Never)},
 		}},
 		{"cost above what is left waits for enough tokens", []stepCase{
 			{at: 0, cost: 3, want: allow(5, 2, 300*time.Millisecond)},
@@ -213,7 +213,7 @@ func TestTokenBucketSteps(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { runSteps(t, algToken, r, tt.steps) })
+		t.Run(tt.name, func(t *testing.T) { runSteps(t, TokenBucket, r, tt.steps) })
 	}
 }
 
@@ -223,7 +223,7 @@ func TestTokenBucketSteps(t *testing.T) {
 func TestSteadyClientAboveLimitRecovers(t *testing.T) {
 	sec := 1000 * ms
 	r := rule{limit: 10, burst: 10, window: sec}
-	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
 		t.Run(alg.name(), func(t *testing.T) {
 			var s state
 			perSecond := make([]int, 20)
@@ -251,10 +251,10 @@ func TestSteadyClientAboveLimitRecovers(t *testing.T) {
 // Windows of centuries neither overflow nor go negative.
 func TestHugeWindowsSaturate(t *testing.T) {
 	r := rule{limit: 1, burst: 1, window: windowMillis(time.Duration(1<<63 - 1))}
-	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
 		_, d := alg.take(state{}, 1, r, 1)
 		require.True(t, d.Allowed, alg.name())
-		require.Equal(t, InfDuration-1, d.ResetAfter, alg.name())
+		require.Equal(t, Never-1, d.ResetAfter, alg.name())
 		require.Equal(t, int64(9223372037), ceilSeconds(d.ResetAfter), alg.name())
 	}
 }
@@ -263,18 +263,18 @@ func TestHugeWindowsSaturate(t *testing.T) {
 // request that fails cannot let two more through a bucket of one).
 func TestTokenBucketRefundAfterRefill(t *testing.T) {
 	r := rule{limit: 1, burst: 1, window: 1000 * ms}
-	s, slow := algToken.take(state{}, 0, r, 1)
+	s, slow := TokenBucket.take(state{}, 0, r, 1)
 	require.True(t, slow.Allowed)
-	s, d := algToken.take(s, 1000, r, 1)
+	s, d := TokenBucket.take(s, 1000, r, 1)
 	require.True(t, d.Allowed)
-	s = algToken.refund(s, 1001, r, 1, slow)
-	_, d = algToken.take(s, 1001, r, 1)
+	s = TokenBucket.refund(s, 1001, r, 1, slow)
+	_, d = TokenBucket.take(s, 1001, r, 1)
 	require.False(t, d.Allowed)
 	// Half refilled: the half still owed comes back, and no more.
 	r2 := rule{limit: 2, burst: 2, window: 1000 * ms}
-	s, slow = algToken.take(state{}, 0, r2, 2)
-	s, d = algToken.take(s, 500, r2, 1) // takes the token refilled meanwhile
+	s, slow = TokenBucket.take(state{}, 0, r2, 2)
+	s, d = TokenBucket.take(s, 500, r2, 1) // takes the token refilled meanwhile
 	require.True(t, d.Allowed)
-	s = algToken.refund(s, 500, r2, 2, slow)
+	s = TokenBucket.refund(s, 500, r2, 2, slow)
 	require.Equal(t, int64(1000), s.b, "only the later request's token stays owed")
 }

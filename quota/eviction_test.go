@@ -1,4 +1,4 @@
-package limiter
+package quota
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/fiberlimit/limiter/internal/redistest"
 	"github.com/fiberlimit/limiter/storage/redis"
-	"github.com/gofiber/fiber/v2"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -39,22 +38,21 @@ func TestEvictingRedisIsReported(t *testing.T) {
 			admin := srv.Client(t)
 			var mu sync.Mutex
 			var reports []error
-			replica := replicaHandler(Config{
-				Max: 10, Expiration: time.Minute, Storage: redis.New(srv.Client(t)),
+			replica := redisLimiter(t, Config{
+				Limits: []Limit{PerMinute(10)}, RedisStore: redis.New(srv.Client(t)),
 				OnStorageError: func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() },
 			})
-			code, _ := serveKeyed(replica, "first")
-			require.Equal(t, fiber.StatusOK, code)
+			requireAllowed(t, replica, "first")
 			// The look is one INFO, on a goroutine of its own. The test's
 			// own INFO calls (to read the stats) are left out: a reply counts
 			// those before it.
 			own := 0
 			limiterInfos := func() int {
-				n := faultCommandCalls(t, admin, "info") - own
+				n := commandCalls(t, admin, "info") - own
 				own++
 				return n
 			}
-			faultWaitFor(t, "INFO memory", func() bool { return limiterInfos() > 0 })
+			waitFor(t, "INFO memory", func() bool { return limiterInfos() > 0 })
 			got := func() []error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -65,7 +63,7 @@ func TestEvictingRedisIsReported(t *testing.T) {
 				assert.Empty(t, got())
 				return
 			}
-			faultWaitFor(t, "the report", func() bool { return len(got()) > 0 })
+			waitFor(t, "the report", func() bool { return len(got()) > 0 })
 			err := got()[0]
 			require.ErrorIs(t, err, ErrStorageEvicts)
 			assert.Contains(t, err.Error(), tc.policy)
@@ -74,7 +72,7 @@ func TestEvictingRedisIsReported(t *testing.T) {
 
 			// Not again at once: the next look is an hour away.
 			for range 100 {
-				serveKeyed(replica, "more")
+				_, _ = replica.Take(context.Background(), "more", 1)
 			}
 			time.Sleep(50 * time.Millisecond)
 			assert.Len(t, got(), 1)
@@ -92,10 +90,9 @@ func TestEvictingRedisIsLogged(t *testing.T) {
 	prev, flags := log.Writer(), log.Flags()
 	log.SetOutput(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) }))
 	t.Cleanup(func() { log.SetOutput(prev); log.SetFlags(flags) })
-	replica := replicaHandler(Config{Name: "logged", Max: 10, Expiration: time.Minute, Storage: redis.New(srv.Client(t))})
-	code, _ := serveKeyed(replica, "first")
-	require.Equal(t, fiber.StatusOK, code)
-	faultWaitFor(t, "the log line", func() bool {
+	replica := redisLimiter(t, Config{Name: "logged", Limits: []Limit{PerMinute(10)}, RedisStore: redis.New(srv.Client(t))})
+	requireAllowed(t, replica, "first")
+	waitFor(t, "the log line", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return bytes.Contains(buf.Bytes(), []byte("allkeys-lfu"))
@@ -121,23 +118,22 @@ func TestEvictionUncheckable(t *testing.T) {
 	client := redis.New(conn)
 	var mu sync.Mutex
 	var reports []error
-	replica := replicaHandler(Config{
-		Name: "uncheckable", Max: 10, Expiration: time.Minute, Storage: client,
+	replica := redisLimiter(t, Config{
+		Name: "uncheckable", Limits: []Limit{PerMinute(10)}, RedisStore: client,
 		OnStorageError: func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() },
 	})
-	code, _ := serveKeyed(replica, "first")
-	require.Equal(t, fiber.StatusOK, code)
-	faultWaitFor(t, "the report", func() bool { mu.Lock(); defer mu.Unlock(); return len(reports) > 0 })
+	requireAllowed(t, replica, "first")
+	waitFor(t, "the report", func() bool { mu.Lock(); defer mu.Unlock(); return len(reports) > 0 })
 	mu.Lock()
 	err := reports[0]
 	mu.Unlock()
 	assert.False(t, errors.Is(err, ErrStorageEvicts))
 	assert.Contains(t, err.Error(), "NOPERM")
 	assert.Contains(t, err.Error(), "noeviction")
-	code, _ = serveKeyed(replica, "first")
-	assert.Equal(t, fiber.StatusOK, code)
-	remaining := faultGet(replica, "first").remaining
-	assert.Equal(t, "7", remaining, "decided in Redis")
+	requireAllowed(t, replica, "first")
+	res := requireAllowed(t, replica, "first")
+	assert.Equal(t, 7, res.Tightest().Remaining, "decided in Redis")
+	assert.Equal(t, SourceBackend, res.Source())
 }
 
 // Limiters of one process that share a Redis look at it, and warn, once
@@ -151,16 +147,16 @@ func TestEvictionLookedAtOncePerRedis(t *testing.T) {
 	var reports []error
 	var replicas []func()
 	for _, name := range []string{"burst", "hourly", "login"} {
-		replica := replicaHandler(Config{
-			Name: name, Max: 10, Expiration: time.Minute, Storage: redis.New(srv.Client(t)),
+		replica := redisLimiter(t, Config{
+			Name: name, Limits: []Limit{PerMinute(10)}, RedisStore: redis.New(srv.Client(t)),
 			OnStorageError: func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() },
 		})
-		replicas = append(replicas, func() { serveKeyed(replica, "k") })
+		replicas = append(replicas, func() { requireAllowed(t, replica, "k") })
 	}
 	for _, decide := range replicas {
 		decide()
 	}
-	faultWaitFor(t, "the report", func() bool { mu.Lock(); defer mu.Unlock(); return len(reports) > 0 })
+	waitFor(t, "the report", func() bool { mu.Lock(); defer mu.Unlock(); return len(reports) > 0 })
 	for range 3 {
 		for _, decide := range replicas {
 			decide()
@@ -170,5 +166,5 @@ func TestEvictionLookedAtOncePerRedis(t *testing.T) {
 	mu.Lock()
 	assert.Len(t, reports, 1)
 	mu.Unlock()
-	assert.Equal(t, 1, faultCommandCalls(t, admin, "info"))
+	assert.Equal(t, 1, commandCalls(t, admin, "info"))
 }

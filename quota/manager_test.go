@@ -1,4 +1,4 @@
-package limiter
+package quota
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func checkIndex(t *testing.T, m *manager) {
 // The manager must decide exactly as a plain map of states would, through
 // growth, sweeps and compaction, for every algorithm.
 func TestManagerMatchesReferenceModel(t *testing.T) {
-	for _, alg := range []algorithm{algFixed, algSliding, algToken} {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
 		t.Run(alg.name(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			var clock testClock
@@ -67,7 +67,7 @@ func TestManagerMatchesReferenceModel(t *testing.T) {
 
 func TestManagerReclaimsExpiredKeys(t *testing.T) {
 	var clock testClock
-	m := newManager(algFixed, 1, 1<<20, clock.millis)
+	m := newManager(FixedWindow, 1, 1<<20, clock.millis)
 	r := rule{limit: 10, burst: 10, window: minute}
 	for i := range 20_000 {
 		_, _ = takeRule(m, context.Background(), "key-"+strconv.Itoa(i), r, 1)
@@ -92,7 +92,7 @@ func TestManagerReclaimsExpiredKeys(t *testing.T) {
 func TestManagerCapBoundsKeys(t *testing.T) {
 	var clock testClock
 	const maxKeys = 4 * shardCount
-	m := newManager(algToken, 1, maxKeys, clock.millis)
+	m := newManager(TokenBucket, 1, maxKeys, clock.millis)
 	r := rule{limit: 1, burst: 1, window: minute}
 	for i := range 50_000 {
 		d, err := takeRule(m, context.Background(), "flood-"+strconv.Itoa(i), r, 1)
@@ -117,7 +117,7 @@ func TestManagerHostileKeys(t *testing.T) {
 		long, long[:len(long)-1] + "y", string(make([]byte, 32)),
 	}
 	var clock testClock
-	m := newManager(algFixed, 1, 1<<20, clock.millis)
+	m := newManager(FixedWindow, 1, 1<<20, clock.millis)
 	r := rule{limit: 2, burst: 2, window: minute}
 	for round := range 3 {
 		for _, k := range keys {
@@ -133,7 +133,7 @@ func TestManagerHostileKeys(t *testing.T) {
 
 func TestManagerRefundAfterExpiryIsIgnored(t *testing.T) {
 	var clock testClock
-	m := newManager(algFixed, 1, 1<<20, clock.millis)
+	m := newManager(FixedWindow, 1, 1<<20, clock.millis)
 	r := rule{limit: 1, burst: 1, window: minute}
 	d, _ := takeRule(m, context.Background(), "k", r, 1)
 	clock.advance(2 * time.Minute)
@@ -148,7 +148,7 @@ func TestManagerRefundAfterExpiryIsIgnored(t *testing.T) {
 // and then, not once per new key (which would scan the shard every time).
 func TestManagerCapDoesNotCompactPerKey(t *testing.T) {
 	var clock testClock
-	m := newManager(algFixed, 1, 64*shardCount, clock.millis)
+	m := newManager(FixedWindow, 1, 64*shardCount, clock.millis)
 	r := rule{limit: 10, burst: 10, window: minute}
 	for i := range 20_000 { // fills every shard to its cap of 64
 		_, _ = takeRule(m, context.Background(), "fill-"+strconv.Itoa(i), r, 1)
@@ -168,7 +168,7 @@ func TestManagerCapDoesNotCompactPerKey(t *testing.T) {
 // entry behind.
 func TestManagerTracksOnlyKeysWithState(t *testing.T) {
 	var clock testClock
-	m := newManager(algFixed, 1, 1<<20, clock.millis)
+	m := newManager(FixedWindow, 1, 1<<20, clock.millis)
 	r := rule{limit: 1, burst: 1, window: minute}
 	for i := range 1000 {
 		_, _ = takeRule(m, context.Background(), "free-"+strconv.Itoa(i), r, 0)

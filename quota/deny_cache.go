@@ -1,4 +1,4 @@
-package limiter
+package quota
 
 import (
 	"hash/maphash"
@@ -85,7 +85,7 @@ func (c *denyCache) hash(key string) (*denySet, []denyPart, uint64, uint64) {
 // store would answer that request with the same rejection, but for the
 // time that has passed. On a miss it returns the key's set's generation,
 // for add.
-func (c *denyCache) check(key string, now int64, ls *limits, cost int64) (verdict, bool, uint64) {
+func (c *denyCache) check(key string, now int64, ls *limits, cost int64) (Result, bool, uint64) {
 	set, more, h1, h2 := c.hash(key)
 	set.mu.Lock()
 	defer set.mu.Unlock()
@@ -101,14 +101,14 @@ func (c *denyCache) check(key string, now int64, ls *limits, cost int64) (verdic
 		if int64(e.limit) != ls.r[0].limit || int64(e.burst) != ls.r[0].burst || int64(e.cost) != cost {
 			break
 		}
-		v := verdict{n: ls.n, source: fromDenyCache}
+		v := Result{n: ls.n, source: SourceDenyCache}
 		v.each[0] = e.part.decision(now, ls.r[0], cost)
 		for j := 1; j < ls.n; j++ {
 			v.each[j] = more[i*c.stride+j-1].decision(now, ls.r[j], cost)
 		}
 		return v, true, 0
 	}
-	return verdict{}, false, set.gen
+	return Result{}, false, set.gen
 }
 
 // decision is the part of a limit of rule r at now, for a request of cost.
@@ -132,9 +132,9 @@ func (p *denyPart) decision(now int64, r rule, cost int64) Decision {
 // with v, unless the key's set was told of a refund (forget) since check
 // returned gen: the rejection may predate the credit. A rejection without
 // a finite, positive RetryAfter is not kept.
-func (c *denyCache) add(key string, now int64, ls *limits, cost int64, v *verdict, gen uint64) {
-	retry := v.retryAfter()
-	if v.allowed() || retry <= 0 || retry == InfDuration || cost <= 0 || ls.r[0].limit > maxLimit || ls.r[0].burst > maxLimit {
+func (c *denyCache) add(key string, now int64, ls *limits, cost int64, v *Result, gen uint64) {
+	retry := v.RetryAfter()
+	if v.Allowed() || retry <= 0 || retry == Never || cost <= 0 || ls.r[0].limit > maxLimit || ls.r[0].burst > maxLimit {
 		return
 	}
 	e := denyEntry{

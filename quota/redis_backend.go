@@ -1,4 +1,4 @@
-package limiter
+package quota
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// redisConn is what a Config.Storage offers when it sits on go-redis v9: the
-// *Storage of github.com/gofiber/storage/redis/v3 and this module's own
-// redis.Store. Such a storage gets the atomic Lua store.
+// redisConn is what a middleware's Storage offers when it sits on go-redis
+// v9: the *Storage of github.com/gofiber/storage/redis/v3 and this
+// module's own redis.Store. Such a storage gets the atomic Lua store.
 type redisConn interface {
 	Conn() goredis.UniversalClient
 }
@@ -37,18 +37,21 @@ type redisBackend struct {
 func probeKeyOf(cfg *Config) string { return cfg.KeyPrefix + cfg.Name + "{probe}" }
 
 // newRedisBackend returns the Redis backend of a limiter of alg whose keys
-// begin with prefix; of cfg it uses the clock, KeyPrefix and Name.
-func newRedisBackend(storage redisConn, alg algorithm, prefix string, cfg *Config) *redisBackend {
+// begin with prefix, over store (this module's Store that a middleware was
+// given) or else client; of cfg it uses the clock, KeyPrefix and Name.
+func newRedisBackend(client goredis.UniversalClient, store *redis.Store, alg Algorithm, prefix string, cfg *Config) *redisBackend {
 	clock := cfg.clock
-	store, ok := storage.(*redis.Store)
-	if !ok || clock != nil {
+	if store == nil || clock != nil {
 		var opts []redis.Option
 		if clock != nil {
 			opts = append(opts, redis.WithClock(func() time.Time { return time.UnixMilli(clock()) }))
 		}
-		store = redis.New(storage.Conn(), opts...)
+		if store != nil {
+			client = store.Conn()
+		}
+		store = redis.New(client, opts...)
 	}
-	algs := [...]redis.Algorithm{algFixed: redis.FixedWindow, algSliding: redis.SlidingWindow, algToken: redis.TokenBucket}
+	algs := [...]redis.Algorithm{FixedWindow: redis.FixedWindow, SlidingWindow: redis.SlidingWindow, TokenBucket: redis.TokenBucket}
 	return &redisBackend{store: store, alg: algs[alg], prefix: prefix, probeKey: probeKeyOf(cfg)}
 }
 
@@ -164,30 +167,30 @@ func (b *redisBackend) rules(ls *limits, into *[maxLimits]redis.Rule) []redis.Ru
 	return into[:ls.n]
 }
 
-func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost int64) (verdict, error) {
+func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost int64) (Result, error) {
 	var rules [maxLimits]redis.Rule
 	var results [maxLimits]redis.Result
 	if _, err := b.store.TakeAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
-		return verdict{}, err
+		return Result{}, err
 	}
 	return verdictOf(&results, ls.n), nil
 }
 
-func (b *redisBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) (verdict, error) {
+func (b *redisBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error) {
 	var rules [maxLimits]redis.Rule
 	var results [maxLimits]redis.Result
 	for i := range ls.n {
 		results[i].CountedIn = v.each[i].countedIn
 	}
 	if err := b.store.RefundAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
-		return verdict{}, err
+		return Result{}, err
 	}
 	return verdictOf(&results, ls.n), nil
 }
 
 // verdictOf converts the store's results for n limits.
-func verdictOf(results *[maxLimits]redis.Result, n int) verdict {
-	v := verdict{n: n}
+func verdictOf(results *[maxLimits]redis.Result, n int) Result {
+	v := Result{n: n}
 	for i, res := range results[:n] {
 		v.each[i] = Decision{
 			Allowed:    res.Allowed,
@@ -197,9 +200,7 @@ func verdictOf(results *[maxLimits]redis.Result, n int) verdict {
 			RetryAfter: res.RetryAfter,
 			countedIn:  res.CountedIn,
 		}
-		if res.RetryAfter == redis.Never {
-			v.each[i].RetryAfter = InfDuration
-		}
+
 	}
 	return v
 }

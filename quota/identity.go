@@ -1,7 +1,8 @@
-package limiter
+package quota
 
 import (
 	"fmt"
+	"github.com/fiberlimit/limiter/internal/timestep"
 	"maps"
 	"reflect"
 	"runtime"
@@ -32,44 +33,23 @@ import (
 // reach another limiter's state.
 
 // keyPrefix is the identity of a limiter with cfg (defaults applied),
-// algorithm alg and limits ls.
-func keyPrefix(cfg *Config, alg algorithm, ls *limits) string {
+// algorithm alg and limits ls: the windows as configured, in ms.
+func keyPrefix(cfg *Config, alg Algorithm, ls *limits) string {
 	b := append([]byte(cfg.KeyPrefix), cfg.Name...)
 	b = append(b, ':')
 	b = append(b, alg.name()...)
 	b = append(b, ':')
-	windows := windowsOf(cfg)
 	for i, r := range ls.r[:ls.n] {
 		if i > 0 {
 			b = append(b, '+')
 		}
-		b = appendWindow(b, windows[i])
+		b = timestep.AppendWindow(b, windowMillis(cfg.Limits[i].Expiration))
 		if r.step > 1 {
 			// A state is kept in steps: another step is another state.
 			b = append(strconv.AppendInt(append(b, '@'), r.step, 10), "ms"...)
 		}
 	}
 	return string(append(b, ':'))
-}
-
-// appendWindow appends a window of ms milliseconds in a short form, one per
-// value: hours, minutes and seconds ("1h30m", "15s") when it is whole
-// seconds, else milliseconds ("1500ms").
-func appendWindow(b []byte, ms int64) []byte {
-	if ms%1000 != 0 {
-		return append(strconv.AppendInt(b, ms, 10), "ms"...)
-	}
-	s := ms / 1000
-	for _, unit := range [...]struct {
-		secs int64
-		name byte
-	}{{3600, 'h'}, {60, 'm'}, {1, 's'}} {
-		if n := s / unit.secs; n > 0 {
-			b = append(strconv.AppendInt(b, n, 10), unit.name)
-			s -= n * unit.secs
-		}
-	}
-	return b
 }
 
 // identities records, for each store in use and identity in it, the
@@ -92,7 +72,7 @@ type identity struct {
 }
 
 type identityUser struct {
-	handler weak.Pointer[handler]
+	handler weak.Pointer[Limiter]
 	named   bool // its Name was set: sharing it is asked for
 }
 
@@ -105,7 +85,10 @@ type identityUser struct {
 // memory.
 func storeIdentity(store any) string {
 	if conn, ok := store.(redisConn); ok {
-		switch c := conn.Conn().(type) {
+		store = conn.Conn()
+	}
+	if client, ok := store.(goredis.UniversalClient); ok {
+		switch c := client.(type) {
 		case *goredis.Client:
 			if o := c.Options(); o.Addr != "FailoverClient" {
 				return fmt.Sprintf("redis %s/%d %s", o.Addr, o.DB, o.Username)
@@ -118,7 +101,6 @@ func storeIdentity(store any) string {
 			addrs := slices.Sorted(maps.Values(c.Options().Addrs))
 			return "redis ring " + strings.Join(addrs, ",")
 		}
-		store = conn.Conn()
 	}
 	v := reflect.ValueOf(store)
 	switch v.Kind() {
@@ -128,13 +110,13 @@ func storeIdentity(store any) string {
 	return ""
 }
 
-// claimIdentity records that h keeps its state under prefix in store, and
-// panics when another live limiter of this process does too and the two
-// did not both ask for it with the same Name.
-func claimIdentity(h *handler, store any, prefix string, named bool) {
+// claimIdentity records that h keeps its state under prefix in store, or
+// returns an error when another live limiter of this process does too and
+// the two did not both ask for it with the same Name.
+func claimIdentity(h *Limiter, store any, prefix string, named bool) error {
 	id := identity{store: storeIdentity(store), prefix: prefix}
 	if id.store == "" {
-		return
+		return nil
 	}
 	identities.Lock()
 	defer identities.Unlock()
@@ -154,8 +136,8 @@ func claimIdentity(h *handler, store any, prefix string, named bool) {
 			}
 		}
 		if clash {
-			panic(fmt.Sprintf("limiter: another limiter of this process keeps its state in the same Storage under %q (the same algorithm and Expiration, and no Name); "+
-				"give each limiter its own Name (Config.Name, say the route: \"login\"), or the same Name to both if they are to share one count", prefix))
+			return fmt.Errorf("limiter: another limiter of this process keeps its state in the same Storage under %q (the same algorithm and Expiration, and no Name); "+
+				"give each limiter its own Name (Config.Name, say the route: \"login\"), or the same Name to both if they are to share one count", prefix)
 		}
 	}
 	identities.m[id] = append(identities.m[id], identityUser{handler: weak.Make(h), named: named})
@@ -164,6 +146,7 @@ func claimIdentity(h *handler, store any, prefix string, named bool) {
 		identities.live(id, false)
 		identities.Unlock()
 	}, id)
+	return nil
 }
 
 // clashLooks is how many times claimIdentity looks again for a clash.

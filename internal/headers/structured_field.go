@@ -1,4 +1,4 @@
-package limiter
+package headers
 
 import "bytes"
 
@@ -114,13 +114,13 @@ func (p *sfParser) bareValue() (v int64, isInt, ok bool) {
 	if !ok {
 		return 0, false, false
 	}
-	v, isInt = parseSeconds(item)
+	v, isInt = ParseSeconds(item)
 	return v, isInt, true
 }
 
-// parseSeconds reads b as a non-negative decimal integer of at most 15
-// digits, as RFC 9651 Integers and delta-seconds are.
-func parseSeconds(b []byte) (int64, bool) {
+// ParseSeconds reads b as a non-negative decimal integer of at most 15
+// digits, as RFC 9651 Integers and delta-seconds (Retry-After) are.
+func ParseSeconds(b []byte) (int64, bool) {
 	if len(b) == 0 || len(b) > 15 {
 		return 0, false
 	}

@@ -1,4 +1,4 @@
-package limiter
+package quota
 
 import (
 	"context"
@@ -7,17 +7,15 @@ import (
 	"hash/maphash"
 	"math"
 	"time"
-
-	"github.com/gofiber/fiber/v2"
 )
 
-// storageBackend keeps state in any fiber.Storage by reading, deciding and
+// storageBackend keeps state in any Storage by reading, deciding and
 // writing back under a lock of this process. That is exact for one process;
 // replicas sharing the store can interleave their reads and writes and admit
 // more than the limit together, as Fiber's limiter does.
 type storageBackend struct {
-	store  fiber.Storage
-	alg    algorithm
+	store  Storage
+	alg    Algorithm
 	prefix string // the limiter's identity, see keyPrefix
 	clock  func() int64
 	seed   maphash.Seed
@@ -35,7 +33,7 @@ const (
 	stateLimitSize = 8 + 8 + 4
 )
 
-func newStorageBackend(store fiber.Storage, alg algorithm, prefix string, clock func() int64) *storageBackend {
+func newStorageBackend(store Storage, alg Algorithm, prefix string, clock func() int64) *storageBackend {
 	b := &storageBackend{store: store, alg: alg, prefix: prefix, clock: clock, seed: maphash.MakeSeed()}
 	for i := range b.locks {
 		b.locks[i] = make(chan struct{}, 1)
@@ -43,17 +41,17 @@ func newStorageBackend(store fiber.Storage, alg algorithm, prefix string, clock 
 	return b
 }
 
-func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost int64) (verdict, error) {
-	var v verdict
+func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost int64) (Result, error) {
+	var v Result
 	err := b.modify(ctx, key, ls, func(sts *[maxLimits]state, now int64) bool {
 		v = b.alg.decide(sts, now, ls, cost)
-		return v.allowed() && cost > 0
+		return v.Allowed() && cost > 0
 	})
 	return v, err
 }
 
-func (b *storageBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) (verdict, error) {
-	var after verdict
+func (b *storageBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error) {
+	var after Result
 	err := b.modify(ctx, key, ls, func(sts *[maxLimits]state, now int64) bool {
 		after = b.alg.refundAll(sts, now, ls, cost, v)
 		return true

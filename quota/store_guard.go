@@ -1,4 +1,4 @@
-package limiter
+package quota
 
 import (
 	"context"
@@ -16,19 +16,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Outcomes of a guarded store's take that are not a decision: the
-// FailurePolicy's answer when the store cannot give one.
-var (
-	errFailOpen   = errors.New("limiter: storage unavailable: admitting (FailOpen)")
-	errFailClosed = errors.New("limiter: storage unavailable: rejecting (FailClosed)")
-)
-
 // guardedStore is a store backend (Redis or a fiber.Storage) behind what a
 // remote store needs: a deny cache in front, a timeout on every call, a
 // breaker, and the failure policy for when there is no answer. Its take
-// returns a Decision (from the store, the deny cache or the fallback
-// limiter) or errFailOpen or errFailClosed; its refund never fails a
-// request, and reports errors to the hook only.
+// returns a Result from the store, the deny cache, the fallback limiter,
+// or FailOpen's admission or FailClosed's rejection (see Result.Source);
+// its refund never fails a request, and reports errors to the hook only.
 type guardedStore struct {
 	store      remoteBackend
 	ctxTimeout bool // the store returns by its context's deadline; else calls run on a goroutine
@@ -36,11 +29,15 @@ type guardedStore struct {
 	breaker    *breaker
 	deny       *denyCache // nil when disabled
 	fallback   *manager   // FailFallback only
+	alg        Algorithm
 	policy     FailurePolicy
-	reporter   *errorReporter
-	clock      func() int64 // ms; nil: monotonic ms since origin
-	origin     time.Time
-	probeArmed atomic.Bool // a timer will start a probe (armProbe)
+	// retryClosed is the RetryAfter of FailClosed's rejection: the
+	// breaker's cool-down in whole seconds, at least 1.
+	retryClosed time.Duration
+	reporter    *errorReporter
+	clock       func() int64 // ms; nil: monotonic ms since origin
+	origin      time.Time
+	probeArmed  atomic.Bool // a timer will start a probe (armProbe)
 	// nextCheck is when (ms, by now) the store's settings are to be
 	// looked at next (see evictionChecker); math.MaxInt64 for never, or
 	// while a look is under way.
@@ -67,16 +64,19 @@ type remoteBackend interface {
 // else tells what the error is: a fiber.Storage's error, say.
 const quickAnswer = 2 * time.Millisecond
 
-func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg Config, alg algorithm, n int) *guardedStore {
+func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg *Config, alg Algorithm, n int) *guardedStore {
 	g := &guardedStore{
 		store:      store,
 		ctxTimeout: ctxTimeout,
 		timeout:    cfg.StorageTimeout,
 		breaker:    newBreaker(cfg.BreakerFailures, windowMillis(cfg.BreakerCooldown)),
 		policy:     cfg.FailurePolicy,
-		reporter:   newErrorReporter(cfg.OnStorageError),
-		clock:      cfg.clock,
-		origin:     time.Now(),
+		alg:        alg,
+		// saturates for the longest cool-downs
+		retryClosed: millis(max(1, ceilSeconds(cfg.BreakerCooldown)) * 1000),
+		reporter:    newErrorReporter(cfg.OnStorageError),
+		clock:       cfg.clock,
+		origin:      time.Now(),
 	}
 	g.warn = func(err error) { log.Print(err) }
 	if hook := cfg.OnStorageError; hook != nil {
@@ -110,7 +110,7 @@ func (g *guardedStore) now() int64 {
 	return int64(time.Since(g.origin) / time.Millisecond)
 }
 
-func (g *guardedStore) take(ctx context.Context, key string, ls *limits, cost int64) (verdict, error) {
+func (g *guardedStore) take(ctx context.Context, key string, ls *limits, cost int64) Result {
 	now := g.now()
 	if next := g.nextCheck.Load(); now >= next {
 		g.checkSettings(next)
@@ -119,36 +119,36 @@ func (g *guardedStore) take(ctx context.Context, key string, ls *limits, cost in
 	if g.deny != nil {
 		v, ok, g0 := g.deny.check(key, now, ls, cost)
 		if ok {
-			return v, nil
+			return v
 		}
 		gen = g0
 	}
 	if !g.admitCall(now) {
 		return g.unavailable(ctx, key, ls, cost)
 	}
-	v, err := call(ctx, g, key, "", false, func(ctx context.Context, key string) (verdict, error) {
+	v, err := call(ctx, g, key, "", false, func(ctx context.Context, key string) (Result, error) {
 		return g.store.take(ctx, key, ls, cost)
 	})
 	if err != nil {
 		return g.unavailable(ctx, key, ls, cost)
 	}
-	if g.deny != nil && !v.allowed() {
+	if g.deny != nil && !v.Allowed() {
 		g.deny.add(key, now, ls, cost, &v, gen)
 	}
-	return v, nil
+	return v
 }
 
 // refund credits the request's cost back and returns the state it leaves;
 // ok is false when it could not (the store failed, and the credit is
 // lost), which never fails the request: errors go to the hook only.
-func (g *guardedStore) refund(ctx context.Context, key string, ls *limits, cost int64, v *verdict) (after verdict, ok bool) {
+func (g *guardedStore) refund(ctx context.Context, key string, ls *limits, cost int64, v *Result) (after Result, ok bool) {
 	switch v.source {
-	case fromFallback:
+	case SourceFallback:
 		after, _ = g.fallback.refund(ctx, key, ls, cost, v)
-		after.source = fromFallback
+		after.source = SourceFallback
 		return after, true
-	case fromDenyCache:
-		return verdict{}, false // nothing was counted
+	case SourceDenyCache, SourceFailOpen, SourceFailClosed:
+		return Result{}, false // nothing was counted
 	}
 	if g.deny != nil {
 		// Before the call, and again after it: a rejection that a take
@@ -157,9 +157,9 @@ func (g *guardedStore) refund(ctx context.Context, key string, ls *limits, cost 
 		defer g.deny.forget(key)
 	}
 	if !g.admitCall(g.now()) {
-		return verdict{}, false // the store is not answering: the credit is lost
+		return Result{}, false // the store is not answering: the credit is lost
 	}
-	after, err := call(ctx, g, key, "refund", false, func(ctx context.Context, key string) (verdict, error) {
+	after, err := call(ctx, g, key, "refund", false, func(ctx context.Context, key string) (Result, error) {
 		return g.store.refund(ctx, key, ls, cost, v)
 	})
 	return after, err == nil
@@ -334,17 +334,26 @@ func refusesService(reply string) bool {
 	return false
 }
 
-// unavailable is the failure policy's answer.
-func (g *guardedStore) unavailable(ctx context.Context, key string, ls *limits, cost int64) (verdict, error) {
-	switch g.policy {
-	case FailOpen:
-		return verdict{}, errFailOpen
-	case FailClosed:
-		return verdict{}, errFailClosed
+// unavailable is the failure policy's answer: FailOpen's admission and
+// FailClosed's rejection carry each limit's Limit (Remaining 0), and
+// FailClosed's a RetryAfter of the breaker's cool-down.
+func (g *guardedStore) unavailable(ctx context.Context, key string, ls *limits, cost int64) Result {
+	if g.policy == FailFallback {
+		v, _ := g.fallback.take(ctx, key, ls, cost)
+		v.source = SourceFallback
+		return v
 	}
-	v, err := g.fallback.take(ctx, key, ls, cost)
-	v.source = fromFallback
-	return v, err
+	v := Result{n: ls.n, source: SourceFailOpen}
+	if g.policy == FailClosed {
+		v.source = SourceFailClosed
+	}
+	for i := range ls.n {
+		v.each[i] = Decision{Allowed: g.policy == FailOpen, Limit: int(capacity(g.alg, ls.r[i]))}
+		if g.policy == FailClosed {
+			v.each[i].RetryAfter = g.retryClosed
+		}
+	}
+	return v
 }
 
 // within runs call on the store with g.timeout, under ctx's values but not

@@ -1,4 +1,4 @@
-package limiter
+package quota
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 	"unsafe"
@@ -74,11 +75,11 @@ func TestFloodOfRandomKeysIsBounded(t *testing.T) {
 	)
 	tests := []struct {
 		name string
-		alg  algorithm
+		alg  Algorithm
 	}{
-		{"FixedWindow", algFixed},
-		{"SlidingWindow", algSliding},
-		{"TokenBucket", algToken},
+		{"FixedWindow", FixedWindow},
+		{"SlidingWindow", SlidingWindow},
+		{"TokenBucket", TokenBucket},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,7 +158,7 @@ func BenchmarkFlood1M(b *testing.B) {
 		observeRebuild = rebuilds.add
 
 		before := liveHeap()
-		m := newManager(algFixed, 1, ConfigDefault.MaxKeys, nil)
+		m := newManager(FixedWindow, 1, DefaultMaxKeys, nil)
 		for i := range flood {
 			key := keys.key(i)
 			start := time.Now()
@@ -192,4 +193,90 @@ func BenchmarkFlood1M(b *testing.B) {
 		}
 		rebuilds.report(b, "rebuild")
 	}
+}
+
+// BenchmarkHeapPerKey tracks 1M keys in the in-memory manager and reports the
+// live heap per key beyond the key's own bytes (keys are 13 bytes), and how
+// much of that heap is still held once every key has expired and traffic on
+// other keys has gone on for a while.
+func BenchmarkHeapPerKey(b *testing.B) {
+	const n = 1_000_000
+	keys := make([]string, n)
+	keyBytes := 0
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(100_000_000+i)
+		keyBytes += len(keys[i])
+	}
+	b.Run("ours", func(b *testing.B) {
+		for range b.N {
+			var clock testClock
+			m := newManager(FixedWindow, 1, 2*n, clock.millis)
+			ls := one(rule{limit: 10, burst: 10, window: int64(time.Minute / time.Millisecond)})
+			ctx := context.Background()
+			var lat, rebuilds latencies // of single takes, and of the rebuilds in them
+			observeRebuild = rebuilds.add
+			defer func() { observeRebuild = nil }()
+			timed := func(k string) {
+				start := time.Now()
+				_, _ = m.take(ctx, k, &ls, 1)
+				lat.add(time.Since(start))
+			}
+			before := liveHeap()
+			for _, k := range keys {
+				timed(k)
+			}
+			after := liveHeap()
+			b.ReportMetric(float64(after-before-uint64(keyBytes))/n, "B/key")
+			clock.advance(2 * time.Minute)
+			for i := range 4 * n { // traffic on a few keys reclaims the rest
+				timed(keys[i%1024])
+			}
+			held := liveHeap()
+			lat.report(b, "take")
+			rebuilds.report(b, "rebuild")
+			b.ReportMetric(100*float64(held-before)/float64(after-before), "%held")
+			runtime.KeepAlive(m)
+		}
+	})
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// latencies is a histogram of durations in whole microseconds.
+type latencies struct {
+	counts [10_001]int // the last bucket holds 10 ms and more
+	n      int
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.counts[min(int(d/time.Microsecond), len(l.counts)-1)]++
+	l.n++
+}
+
+// quantile is the smallest bucket (µs) holding the q-th fraction of samples.
+func (l *latencies) quantile(q float64) int {
+	want, seen := min(l.n-1, int(q*float64(l.n))), 0
+	for us, c := range l.counts {
+		if seen += c; seen > want {
+			return us
+		}
+	}
+	return len(l.counts) - 1
+}
+
+func (l *latencies) report(b *testing.B, what string) {
+	over := 0
+	for _, c := range l.counts[1000:] {
+		over += c
+	}
+	b.ReportMetric(float64(l.n), what+"s")
+	b.ReportMetric(float64(l.quantile(0.999)), what+"-p99.9-µs")
+	b.ReportMetric(float64(l.quantile(1)), what+"-max-µs")
+	b.ReportMetric(float64(over), what+"s>1ms")
 }
