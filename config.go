@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"fmt"
-	"math"
 	"reflect"
 	"time"
 
@@ -437,15 +436,9 @@ func configDefault(config ...Config) Config {
 		}
 		cfg.Storage, cfg.Store = cfg.Store, nil
 	}
-	checkNonNegative("Max", cfg.Max)
-	checkNonNegative("Burst", cfg.Burst)
-	if cfg.IPv6Prefix < 0 || cfg.IPv6Prefix > 128 {
-		panic(fmt.Sprintf("limiter: IPv6Prefix is %d; it must be 0 (the default, %d) to 128 (each address on its own)", cfg.IPv6Prefix, defaultIPv6Prefix))
-	}
 	if cfg.IPv6Prefix == 0 {
 		cfg.IPv6Prefix = defaultIPv6Prefix
 	}
-	checkMillisecondsOrZero("Expiration", cfg.Expiration, ConfigDefault.Expiration)
 	if len(cfg.Limits) > 0 {
 		checkLimits(&cfg)
 	} else {
@@ -455,8 +448,6 @@ func configDefault(config ...Config) Config {
 		if cfg.Expiration == 0 {
 			cfg.Expiration = ConfigDefault.Expiration
 		}
-		checkLimit("Max", cfg.Max)
-		checkLimit("Burst", cfg.Burst)
 	}
 	if cfg.KeyGenerator == nil {
 		cfg.KeyGenerator = ConfigDefault.KeyGenerator
@@ -502,16 +493,6 @@ func checkLimits(cfg *Config) {
 	switch {
 	case cfg.Max != 0 || cfg.Expiration != 0:
 		panic(fmt.Sprintf("limiter: Limits is set, and so are Max (%d) or Expiration (%v); set each limit's Max and Expiration in Limits only", cfg.Max, cfg.Expiration))
-	case cfg.MaxFunc != nil:
-		panic("limiter: Limits and MaxFunc are both set; MaxFunc sets the Max of a single limit: use Max and Expiration with it, or Limits without it")
-	case cfg.Burst != 0:
-		panic(fmt.Sprintf("limiter: Limits is set, and so is Burst (%d); set each limit's Burst in Limits", cfg.Burst))
-	}
-}
-
-func checkNonNegative(field string, v int) {
-	if v < 0 {
-		panic(fmt.Sprintf("limiter: %s is %d; it must be >= 0 (0 means the default)", field, v))
 	}
 }
 
@@ -520,15 +501,6 @@ func checkNonNegative(field string, v int) {
 func checkMillisecondsOrZero(field string, d, def time.Duration) {
 	if d < 0 || (d > 0 && d < time.Millisecond) {
 		panic(fmt.Sprintf("limiter: %s is %v; it must be 0 (default %v) or at least 1ms", field, d, def))
-	}
-}
-
-// checkLimit rejects a limit above what a window's count slot holds. Any
-// valid limit works with any window: a quota too large to count in
-// milliseconds is counted in coarser steps (see package timestep).
-func checkLimit(field string, v int) {
-	if int64(v) > math.MaxUint32 {
-		panic(fmt.Sprintf("limiter: %s is %d; it must be at most %d (below 2^32)", field, v, math.MaxUint32))
 	}
 }
 

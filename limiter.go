@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/adapter"
 	rlheaders "github.com/fiberlimit/limiter/internal/headers"
 	"github.com/fiberlimit/limiter/quota"
 	"github.com/gofiber/fiber/v2"
@@ -70,28 +71,7 @@ type handler struct {
 // user calling FixedWindow{}.New(cfg), so the defaults are applied again.
 func newHandler(cfg Config, alg quota.Algorithm) fiber.Handler {
 	cfg = configDefault(cfg)
-	if alg != quota.TokenBucket {
-		field, burst := "Burst", cfg.Burst
-		for i, l := range cfg.Limits {
-			if l.Burst > 0 {
-				field, burst = fmt.Sprintf("Limits[%d].Burst", i), l.Burst
-			}
-		}
-		if burst > 0 {
-			panic(fmt.Sprintf("limiter: %s is %d but only TokenBucket uses it; remove it or use TokenBucket{}", field, burst))
-		}
-	}
-	engine := newEngine(&cfg, alg)
-	w, err := rlheaders.New(rlheaders.Config{
-		Mode:           cfg.Headers,
-		DisableHeaders: cfg.DisableHeaders,
-		PartitionKey:   cfg.HeaderPartitionKey,
-		PolicyName:     cfg.PolicyName,
-		Limits:         headerLimits(&cfg),
-	})
-	if err != nil {
-		panic(err.Error())
-	}
+	engine, w := newEngine(&cfg, alg)
 	h := &handler{
 		next:         cfg.Next,
 		maxFunc:      cfg.MaxFunc,
@@ -107,7 +87,10 @@ func newHandler(cfg Config, alg quota.Algorithm) fiber.Handler {
 		onDecision:   cfg.OnDecision,
 	}
 	h.memory = h.engine.Backend() == "memory"
-	for i, l := range engineLimits(&cfg) {
+	if len(cfg.Limits) == 0 {
+		h.windows[0] = cfg.Expiration
+	}
+	for i, l := range cfg.Limits {
 		h.windows[i] = l.Expiration
 	}
 	if bits := cfg.IPv6Prefix; isDefaultKeyGenerator(cfg.KeyGenerator) && bits != defaultIPv6Prefix {
@@ -218,7 +201,7 @@ func (h *handler) refundContext(c *fiber.Ctx) context.Context {
 // report calls OnDecision with the result res on key, taken since start:
 // the event describes the most restrictive limit.
 func (h *handler) report(c *fiber.Ctx, key string, cost int, res *quota.Result, start time.Time) {
-	i := tightestIndex(res)
+	i := adapter.TightestIndex(res)
 	d := res.Decisions()[i]
 	h.onDecision(c, DecisionEvent{
 		Key:        key,
@@ -248,15 +231,4 @@ func responseStatus(c *fiber.Ctx, err error) int {
 		return fe.Code
 	}
 	return fiber.StatusInternalServerError
-}
-
-// tightestIndex is the index of res's most restrictive limit.
-func tightestIndex(res *quota.Result) int {
-	t := res.Tightest()
-	for i, d := range res.Decisions() {
-		if d == t {
-			return i
-		}
-	}
-	return 0
 }

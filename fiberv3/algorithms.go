@@ -1,0 +1,38 @@
+package limiter
+
+import (
+	"github.com/fiberlimit/limiter/quota"
+	"github.com/gofiber/fiber/v3"
+)
+
+// FixedWindow admits at most Max units of cost per window of Expiration,
+// the window starting at a key's first counted request. The cheapest
+// algorithm; a client can spend 2*Max across the boundary of two windows.
+// The default LimiterMiddleware, as in Fiber.
+type FixedWindow struct{}
+
+// New returns the rate-limiting handler for config using the fixed window.
+func (FixedWindow) New(config *Config) fiber.Handler {
+	return newHandler(config, quota.FixedWindow)
+}
+
+// SlidingWindow admits a request while the two-counter estimate
+// previous*(1-elapsed/Expiration) + current + cost stays within Max, as
+// Fiber and Cloudflare estimate it: no boundary burst.
+type SlidingWindow struct{}
+
+// New returns the rate-limiting handler for config using the sliding window.
+func (SlidingWindow) New(config *Config) fiber.Handler {
+	return newHandler(config, quota.SlidingWindow)
+}
+
+// TokenBucket gives each key a bucket of Burst tokens (default Max) that
+// refills at Max tokens per Expiration; a request takes Cost tokens. Short
+// bursts up to Burst, a long-run rate of Max per Expiration, no window
+// edges.
+type TokenBucket struct{}
+
+// New returns the rate-limiting handler for config using the token bucket.
+func (TokenBucket) New(config *Config) fiber.Handler {
+	return newHandler(config, quota.TokenBucket)
+}

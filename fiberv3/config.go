@@ -1,0 +1,280 @@
+package limiter
+
+import (
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/gofiber/fiber/v3"
+)
+
+// Config defines the limiter. Its first fields are those of Fiber v3's own
+// middleware/limiter, by the same names, types and defaults, so that a
+// Fiber v3 config compiles after changing only the import path; the
+// fields after DisableValueRedaction are this limiter's own. An invalid
+// value makes New panic with a message that names the field.
+type Config struct {
+	// Storage keeps the limiter's state. A storage on go-redis, such as
+	// the *Storage of github.com/gofiber/storage/redis/v3 or this
+	// module's storage/redis Store, is detected (it has Conn()) and used
+	// through atomic Lua scripts: any number of replicas sharing the Redis
+	// admit exactly the limit between them, on one Redis or a Cluster.
+	// Any other fiber.Storage is read, decided and written back under a
+	// lock of this process: exact for one process, not across replicas.
+	//
+	// Optional. Default: nil (in this process's memory)
+	Storage fiber.Storage
+
+	// LimiterMiddleware chooses the algorithm: FixedWindow{},
+	// SlidingWindow{} or TokenBucket{}.
+	//
+	// Optional. Default: FixedWindow{}
+	LimiterMiddleware Handler
+
+	// Next skips the limiter for a request when it returns true: the
+	// request is neither counted nor given rate-limit headers.
+	//
+	// Optional. Default: nil
+	Next func(c fiber.Ctx) bool
+
+	// MaxFunc, when set, returns Max for each request instead of the Max
+	// field, for limits that depend on the client (a plan, an API key). A
+	// result <= 0 means no limit for that request: it passes uncounted
+	// and without headers. Results above 2^32-1 are capped there.
+	//
+	// Optional. Default: nil
+	MaxFunc func(c fiber.Ctx) int
+
+	// ExpirationFunc, when set, returns Expiration for each request
+	// instead of the Expiration field; a result <= 0 means Expiration. A
+	// key's count under one window is kept apart from its count under
+	// another.
+	//
+	// Optional. Default: nil
+	ExpirationFunc func(c fiber.Ctx) time.Duration
+
+	// KeyGenerator returns the key a request is counted under. The default
+	// is the client's address, c.IP(), with an IPv6 client keyed by its
+	// network (see IPv6Prefix). A key from the request (c.Get, c.Params)
+	// needs no copy: the limiter copies what it keeps.
+	//
+	// Optional. Default: the client address, IPv6 by its /64 network
+	KeyGenerator func(fiber.Ctx) string
+
+	// LimitReached answers a rejected request, after the rate-limit
+	// headers and Retry-After are set.
+	//
+	// Optional. Default: 429 Too Many Requests
+	LimitReached fiber.Handler
+
+	// Max is the number of requests (units of Cost) a key may make per
+	// Expiration; for TokenBucket, the refill rate. 0 to 2^32-1.
+	//
+	// Optional. Default: 5
+	Max int
+
+	// Expiration is the window's length (for TokenBucket, the time in
+	// which Max tokens refill), from 1 ms: windows shorter than a second
+	// work, and are not rounded to a second.
+	//
+	// Optional. Default: 1 * time.Minute
+	Expiration time.Duration
+
+	// SkipFailedRequests gives back the cost of requests whose response
+	// status is 400 or above (a returned *fiber.Error by its code, any
+	// other error as 500). The request is counted first, so concurrent
+	// requests cannot all slip through, then credited in the window it
+	// was counted in.
+	//
+	// Optional. Default: false
+	SkipFailedRequests bool
+
+	// SkipSuccessfulRequests gives back the cost of requests whose
+	// response status is below 400, as SkipFailedRequests does.
+	//
+	// Optional. Default: false
+	SkipSuccessfulRequests bool
+
+	// DisableHeaders sends no rate-limit headers (Retry-After still goes
+	// with a rejection). Headers: HeadersNone means the same.
+	//
+	// Optional. Default: false
+	DisableHeaders bool
+
+	// DisableValueRedaction is accepted for Fiber's sake: this limiter
+	// puts no key into its errors or logs, so there is nothing to redact.
+	//
+	// Optional. Default: false
+	DisableValueRedaction bool
+
+	// Burst is TokenBucket's capacity; 0 means Max. The windows take none.
+	//
+	// Optional. Default: 0 (Max)
+	Burst int
+
+	// Cost returns how many units a request takes (>= 0; a negative
+	// result fails the request with an error).
+	//
+	// Optional. Default: 1 per request
+	Cost func(c fiber.Ctx) int
+
+	// KeyPrefix begins every key the limiter keeps in Storage.
+	//
+	// Optional. Default: "limiter:"
+	KeyPrefix string
+
+	// IPv6Prefix is the network, in bits, an IPv6 client is keyed by with
+	// the default KeyGenerator: 1 to 128 (each address on its own).
+	//
+	// Optional. Default: 64
+	IPv6Prefix int
+
+	// Name tells apart limiters that share a Storage with the same
+	// algorithm and windows (one per route, say): each must have its own,
+	// or the same Name to share one count. It holds no ':', '{' or '}'.
+	//
+	// Optional. Default: ""
+	Name string
+
+	// Limits are several limits decided together, such as 10 per second
+	// and 1000 per hour: a request any limit rejects is counted under
+	// none. Up to 4, each with its own Expiration; Max, Expiration,
+	// Burst, MaxFunc and ExpirationFunc are then left unset.
+	//
+	// Optional. Default: nil (Max per Expiration)
+	Limits []Limit
+
+	// Headers chooses the rate-limit headers: HeadersXRateLimit,
+	// HeadersIETF, HeadersBoth or HeadersNone.
+	//
+	// Optional. Default: HeadersXRateLimit
+	Headers HeaderMode
+
+	// PolicyName names the policy in the IETF fields.
+	//
+	// Optional. Default: "default"
+	PolicyName string
+
+	// HeaderPartitionKey adds the key, base64, to the IETF fields as pk.
+	//
+	// Optional. Default: false
+	HeaderPartitionKey bool
+
+	// DryRun decides and reports every request, and sends the headers,
+	// but rejects none.
+	//
+	// Optional. Default: false
+	DryRun bool
+
+	// OnDecision, when set, is called with every decision, for logs and
+	// metrics.
+	//
+	// Optional. Default: nil
+	OnDecision func(c fiber.Ctx, e DecisionEvent)
+
+	// MaxKeys bounds the keys kept in memory (in memory, or by
+	// FailFallback).
+	//
+	// Optional. Default: 1 << 20
+	MaxKeys int
+
+	// FailurePolicy says what happens to a request when Storage fails or
+	// its breaker is open.
+	//
+	// Optional. Default: FailFallback
+	FailurePolicy FailurePolicy
+
+	// StorageTimeout bounds each Storage call.
+	//
+	// Optional. Default: 100 * time.Millisecond
+	StorageTimeout time.Duration
+
+	// BreakerFailures is how many Storage calls in a row must fail for the
+	// breaker to open.
+	//
+	// Optional. Default: 5
+	BreakerFailures int
+
+	// BreakerCooldown is how long the breaker stays open before it probes.
+	//
+	// Optional. Default: 500 * time.Millisecond
+	BreakerCooldown time.Duration
+
+	// OnStorageError receives failed Storage calls as a *StorageError, at
+	// most one a second, and warnings about Storage's settings.
+	//
+	// Optional. Default: nil (warnings go to the standard logger)
+	OnStorageError func(err error)
+
+	// DenyCacheKeys is how many rejected keys this process remembers, so
+	// that the same request is rejected here until its Retry-After
+	// without a Storage call.
+	//
+	// Optional. Default: 8192
+	DenyCacheKeys int
+
+	// DisableDenyCache turns the deny cache off.
+	//
+	// Optional. Default: false
+	DisableDenyCache bool
+
+	clock func() int64 // tests: the clock in ms
+}
+
+// Limit is one of several limits (Config.Limits).
+type Limit struct {
+	// Max is the number of units per Expiration: 1 to 2^32-1.
+	Max int
+	// Expiration is the window's length, at least 1 ms.
+	Expiration time.Duration
+	// Burst is TokenBucket's capacity; 0 means Max.
+	Burst int
+	// PolicyName names this limit in the IETF fields; by default the
+	// limiter's PolicyName and the window ("default-1h").
+	PolicyName string
+}
+
+// ConfigDefault is the config New uses when given none, and whose values
+// fill the fields a config leaves unset.
+var ConfigDefault = Config{
+	Max:        5,
+	Expiration: 1 * time.Minute,
+	KeyGenerator: defaultKeyGenerator,
+	LimitReached: func(c fiber.Ctx) error {
+		return c.SendStatus(fiber.StatusTooManyRequests)
+	},
+	LimiterMiddleware: FixedWindow{},
+}
+
+// configDefault fills the fields of config left unset from ConfigDefault.
+func configDefault(config ...Config) Config {
+	if len(config) == 0 {
+		return ConfigDefault
+	}
+	cfg := config[0]
+	if len(cfg.Limits) > 0 {
+		if (cfg.Max != 0 && cfg.Max != ConfigDefault.Max) || (cfg.Expiration != 0 && cfg.Expiration != ConfigDefault.Expiration) {
+			panic(fmt.Sprintf("limiter: Limits is set, and so are Max (%d) or Expiration (%v); set each limit's Max and Expiration in Limits only", cfg.Max, cfg.Expiration))
+		}
+		cfg.Max, cfg.Expiration = 0, 0
+	} else {
+		if cfg.Max == 0 {
+			cfg.Max = ConfigDefault.Max
+		}
+		if cfg.Expiration == 0 {
+			cfg.Expiration = ConfigDefault.Expiration
+		}
+	}
+	if cfg.KeyGenerator == nil {
+		cfg.KeyGenerator = ConfigDefault.KeyGenerator
+	}
+	if cfg.LimitReached == nil {
+		cfg.LimitReached = ConfigDefault.LimitReached
+	}
+	if cfg.LimiterMiddleware == nil {
+		cfg.LimiterMiddleware = ConfigDefault.LimiterMiddleware
+	} else if v := reflect.ValueOf(cfg.LimiterMiddleware); v.Kind() == reflect.Pointer && v.IsNil() {
+		panic(fmt.Sprintf("limiter: LimiterMiddleware is a nil %v; use FixedWindow{}, SlidingWindow{}, TokenBucket{} or leave it nil for the default", v.Type()))
+	}
+	return cfg
+}

@@ -1,0 +1,194 @@
+// Package adapter is what the middleware adapters (Fiber v2, Fiber v3,
+// net/http) share between them: their common settings, checked once with
+// the same messages, and turned into the engine (a quota.Limiter) and the
+// header writer. An adapter maps its own Config onto Settings, and keeps
+// only its framework's part: the request, the response, the handler chain.
+package adapter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/clientaddr"
+	"github.com/fiberlimit/limiter/internal/headers"
+	"github.com/fiberlimit/limiter/quota"
+	"github.com/fiberlimit/limiter/storage/redis"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Limit is one entry of an adapter's Config.Limits.
+type Limit struct {
+	Max        int
+	Expiration time.Duration
+	Burst      int
+	PolicyName string
+}
+
+// Settings are the fields every adapter's Config has, by the same names,
+// with the adapter's defaults for Max and Expiration applied.
+type Settings struct {
+	Algorithm      quota.Algorithm
+	Max            int
+	Expiration     time.Duration
+	Burst          int
+	Limits         []Limit
+	MaxFunc        bool // the adapter's MaxFunc is set
+	ExpirationFunc bool // the adapter's ExpirationFunc is set (Fiber v3)
+	IPv6Prefix     int
+
+	// Storage is the adapter's Storage: nil, a storage on go-redis (with
+	// Conn()), this module's redis.Store, or a quota.Storage.
+	Storage any
+
+	Name, KeyPrefix  string
+	MaxKeys          int
+	FailurePolicy    quota.FailurePolicy
+	StorageTimeout   time.Duration
+	BreakerFailures  int
+	BreakerCooldown  time.Duration
+	OnStorageError   func(error)
+	DenyCacheKeys    int
+	DisableDenyCache bool
+
+	Headers            headers.Mode
+	DisableHeaders     bool
+	PolicyName         string
+	HeaderPartitionKey bool
+
+	Clock func() int64 // tests: the clock in ms
+}
+
+// redisConn is what a Storage offers when it sits on go-redis v9: the
+// *Storage of github.com/gofiber/storage/redis/v3, this module's
+// redis.Store.
+type redisConn interface {
+	Conn() goredis.UniversalClient
+}
+
+// Check checks the settings that are the adapters' own (the engine checks
+// the rest) and returns the first error, naming the field.
+func (s *Settings) Check() error {
+	for _, f := range [...]struct {
+		name string
+		v    int
+	}{{"Max", s.Max}, {"Burst", s.Burst}} {
+		switch {
+		case f.v < 0:
+			return fmt.Errorf("limiter: %s is %d; it must be >= 0 (0 means the default)", f.name, f.v)
+		case int64(f.v) > math.MaxUint32:
+			return fmt.Errorf("limiter: %s is %d; it must be at most %d (below 2^32)", f.name, f.v, int64(math.MaxUint32))
+		}
+	}
+	if s.IPv6Prefix < 0 || s.IPv6Prefix > 128 {
+		return fmt.Errorf("limiter: IPv6Prefix is %d; it must be 0 (the default, %d) to 128 (each address on its own)", s.IPv6Prefix, clientaddr.DefaultIPv6Prefix)
+	}
+	if d := s.Expiration; d < 0 || (d > 0 && d < time.Millisecond) {
+		return fmt.Errorf("limiter: Expiration is %v; it must be 0 (default 1m0s) or at least 1ms", d)
+	}
+	if len(s.Limits) > 0 {
+		switch {
+		case s.MaxFunc:
+			return errors.New("limiter: Limits and MaxFunc are both set; MaxFunc sets the Max of a single limit: use Max and Expiration with it, or Limits without it")
+		case s.ExpirationFunc:
+			return errors.New("limiter: Limits and ExpirationFunc are both set; ExpirationFunc sets the Expiration of a single limit: use Max and Expiration with it, or Limits without it")
+		case s.Burst != 0:
+			return fmt.Errorf("limiter: Limits is set, and so is Burst (%d); set each limit's Burst in Limits", s.Burst)
+		}
+	}
+	if s.Algorithm != quota.TokenBucket {
+		field, burst := "Burst", s.Burst
+		for i, l := range s.Limits {
+			if l.Burst > 0 {
+				field, burst = fmt.Sprintf("Limits[%d].Burst", i), l.Burst
+			}
+		}
+		if burst > 0 {
+			return fmt.Errorf("limiter: %s is %d but only TokenBucket uses it; remove it or use TokenBucket{}", field, burst)
+		}
+	}
+	return nil
+}
+
+// Build checks the settings and returns the engine and the header writer
+// they describe.
+func (s *Settings) Build() (*quota.Limiter, *headers.Writer, error) {
+	if err := s.Check(); err != nil {
+		return nil, nil, err
+	}
+	qc := quota.Config{
+		Algorithm:        s.Algorithm,
+		Limits:           s.EngineLimits(),
+		VaryMax:          s.MaxFunc,
+		VaryExpiration:   s.ExpirationFunc,
+		Name:             s.Name,
+		KeyPrefix:        s.KeyPrefix,
+		MaxKeys:          s.MaxKeys,
+		FailurePolicy:    s.FailurePolicy,
+		StorageTimeout:   s.StorageTimeout,
+		BreakerFailures:  s.BreakerFailures,
+		BreakerCooldown:  s.BreakerCooldown,
+		OnStorageError:   s.OnStorageError,
+		DenyCacheKeys:    s.DenyCacheKeys,
+		DisableDenyCache: s.DisableDenyCache,
+	}
+	if clock := s.Clock; clock != nil {
+		qc.Now = func() time.Time { return time.UnixMilli(clock()) }
+	}
+	switch st := s.Storage.(type) {
+	case nil:
+	case *redis.Store:
+		qc.RedisStore = st
+	case redisConn:
+		qc.Redis = st.Conn()
+	case quota.Storage:
+		qc.Storage = st
+	default:
+		return nil, nil, fmt.Errorf("limiter: Storage is a %T, which has neither Conn() nor Get, Set and Delete", st)
+	}
+	engine, err := quota.New(qc)
+	if err != nil {
+		return nil, nil, err
+	}
+	var hl []headers.Limit
+	for _, l := range s.Limits {
+		hl = append(hl, headers.Limit{Expiration: l.Expiration, PolicyName: l.PolicyName})
+	}
+	w, err := headers.New(headers.Config{
+		Mode:           s.Headers,
+		DisableHeaders: s.DisableHeaders,
+		PartitionKey:   s.HeaderPartitionKey,
+		PolicyName:     s.PolicyName,
+		Limits:         hl,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return engine, w, nil
+}
+
+// EngineLimits are the engine's limits: Limits, or Max per Expiration
+// with Burst.
+func (s *Settings) EngineLimits() []quota.Limit {
+	if len(s.Limits) == 0 {
+		return []quota.Limit{{Max: s.Max, Expiration: s.Expiration, Burst: s.Burst}}
+	}
+	ls := make([]quota.Limit, len(s.Limits))
+	for i, l := range s.Limits {
+		ls[i] = quota.Limit{Max: l.Max, Expiration: l.Expiration, Burst: l.Burst}
+	}
+	return ls
+}
+
+// TightestIndex is the index of res's most restrictive limit: the one
+// OnDecision describes.
+func TightestIndex(res *quota.Result) int {
+	t := res.Tightest()
+	for i, d := range res.Decisions() {
+		if d == t {
+			return i
+		}
+	}
+	return 0
+}
