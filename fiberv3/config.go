@@ -237,8 +237,8 @@ type Limit struct {
 // ConfigDefault is the config New uses when given none, and whose values
 // fill the fields a config leaves unset.
 var ConfigDefault = Config{
-	Max:        5,
-	Expiration: 1 * time.Minute,
+	Max:          5,
+	Expiration:   1 * time.Minute,
 	KeyGenerator: defaultKeyGenerator,
 	LimitReached: func(c fiber.Ctx) error {
 		return c.SendStatus(fiber.StatusTooManyRequests)

@@ -49,7 +49,9 @@ func TestFiberConfigCompiles(t *testing.T) {
 		DisableValueRedaction:  false,
 	}
 	var _ interface{ New(*Config) fiber.Handler } = FixedWindow{}
-	var _ interface{ New(*limiter.Config) fiber.Handler } = fiberConfig.LimiterMiddleware
+	var _ interface {
+		New(*limiter.Config) fiber.Handler
+	} = fiberConfig.LimiterMiddleware
 	app := fiber.New()
 	app.Use(New(ours))
 	app.Get("/", func(c fiber.Ctx) error { return c.SendString("ok") })
