@@ -39,7 +39,8 @@ type Settings struct {
 	IPv6Prefix     int
 
 	// Storage is the adapter's Storage: nil, a storage on go-redis (with
-	// Conn()), this module's redis.Store, or a quota.Storage.
+	// Conn()), this module's redis.Store, a go-redis client, or a
+	// quota.Storage.
 	Storage any
 
 	Name, KeyPrefix  string
@@ -142,6 +143,8 @@ func (s *Settings) Build() (*quota.Limiter, *headers.Writer, error) {
 		qc.RedisStore = st
 	case redisConn:
 		qc.Redis = st.Conn()
+	case goredis.UniversalClient:
+		qc.Redis = st
 	case quota.Storage:
 		qc.Storage = st
 	default:

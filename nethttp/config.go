@@ -1,0 +1,231 @@
+package nethttp
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/headers"
+	"github.com/fiberlimit/limiter/quota"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Config defines the limiter. Its fields are those of the Fiber
+// middlewares of this module, in net/http's terms. An invalid value makes
+// New panic with a message that names the field.
+type Config struct {
+	// Algorithm decides under each limit: quota.FixedWindow,
+	// quota.SlidingWindow or quota.TokenBucket.
+	//
+	// Optional. Default: quota.FixedWindow
+	Algorithm quota.Algorithm
+
+	// Next skips the limiter for a request when it returns true: the
+	// request is neither counted nor given rate-limit headers.
+	//
+	// Optional. Default: nil
+	Next func(r *http.Request) bool
+
+	// Max is the number of requests (units of Cost) a key may make per
+	// Expiration; for TokenBucket, the refill rate. 0 to 2^32-1.
+	//
+	// Optional. Default: 5
+	Max int
+
+	// MaxFunc, when set, returns Max for each request instead of the Max
+	// field; a result <= 0 means no limit for that request.
+	//
+	// Optional. Default: nil
+	MaxFunc func(r *http.Request) int
+
+	// Expiration is the window's length (for TokenBucket, the time in
+	// which Max tokens refill), from 1 ms.
+	//
+	// Optional. Default: 1 * time.Minute
+	Expiration time.Duration
+
+	// KeyGenerator returns the key a request is counted under. The default
+	// is the client's address from r.RemoteAddr, an IPv6 client keyed by
+	// its network (see IPv6Prefix). Behind a proxy, RemoteAddr is the
+	// proxy's: key by the address your proxy puts in a header instead.
+	//
+	// Optional. Default: the client address, IPv6 by its /64 network
+	KeyGenerator func(r *http.Request) string
+
+	// LimitReached answers a rejected request, after the rate-limit
+	// headers and Retry-After are set.
+	//
+	// Optional. Default: 429 Too Many Requests
+	LimitReached http.Handler
+
+	// SkipFailedRequests gives back the cost of requests whose response
+	// status is 400 or above, counted first and credited when the handler
+	// writes its status.
+	//
+	// Optional. Default: false
+	SkipFailedRequests bool
+
+	// SkipSuccessfulRequests gives back the cost of requests whose
+	// response status is below 400.
+	//
+	// Optional. Default: false
+	SkipSuccessfulRequests bool
+
+	// DisableHeaders sends no rate-limit headers (Retry-After still goes
+	// with a rejection). Headers: HeadersNone means the same.
+	//
+	// Optional. Default: false
+	DisableHeaders bool
+
+	// Redis, when set, keeps every key's state in Redis through atomic Lua
+	// scripts: any number of replicas sharing it admit exactly the limit
+	// between them (a plain, Sentinel failover, Cluster or Ring client).
+	//
+	// Optional. Default: nil (state in this process, or in Storage)
+	Redis goredis.UniversalClient
+
+	// Storage, when set and Redis is not, keeps state in a key-value
+	// store. One on go-redis (the *Storage of gofiber/storage/redis/v3,
+	// this module's storage/redis Store) is used as Redis is; any other is
+	// read, decided and written back under a lock of this process: exact
+	// for one process, not across replicas.
+	//
+	// Optional. Default: nil
+	Storage quota.Storage
+
+	// Burst is TokenBucket's capacity; 0 means Max.
+	//
+	// Optional. Default: 0 (Max)
+	Burst int
+
+	// Cost returns how many units a request takes (>= 0; a negative
+	// result answers 500).
+	//
+	// Optional. Default: 1 per request
+	Cost func(r *http.Request) int
+
+	// KeyPrefix begins every key the limiter keeps in Redis or Storage.
+	//
+	// Optional. Default: "limiter:"
+	KeyPrefix string
+
+	// IPv6Prefix is the network, in bits, an IPv6 client is keyed by with
+	// the default KeyGenerator: 1 to 128.
+	//
+	// Optional. Default: 64
+	IPv6Prefix int
+
+	// Name tells apart limiters that share Redis or Storage with the same
+	// algorithm and windows: each must have its own, or the same Name to
+	// share one count.
+	//
+	// Optional. Default: ""
+	Name string
+
+	// Limits are several limits decided together, such as 10 per second
+	// and 1000 per hour. Up to 4; Max, Expiration, Burst and MaxFunc are
+	// then left unset.
+	//
+	// Optional. Default: nil (Max per Expiration)
+	Limits []Limit
+
+	// Headers chooses the rate-limit headers.
+	//
+	// Optional. Default: HeadersXRateLimit
+	Headers HeaderMode
+
+	// PolicyName names the policy in the IETF fields.
+	//
+	// Optional. Default: "default"
+	PolicyName string
+
+	// HeaderPartitionKey adds the key, base64, to the IETF fields as pk.
+	//
+	// Optional. Default: false
+	HeaderPartitionKey bool
+
+	// DryRun decides and reports every request, and sends the headers,
+	// but rejects none.
+	//
+	// Optional. Default: false
+	DryRun bool
+
+	// OnDecision, when set, is called with every decision.
+	//
+	// Optional. Default: nil
+	OnDecision func(r *http.Request, e quota.DecisionEvent)
+
+	// MaxKeys bounds the keys kept in memory.
+	//
+	// Optional. Default: 1 << 20
+	MaxKeys int
+
+	// FailurePolicy says what happens to a request when Redis or Storage
+	// fails: quota.FailFallback, quota.FailOpen or quota.FailClosed.
+	//
+	// Optional. Default: quota.FailFallback
+	FailurePolicy quota.FailurePolicy
+
+	// StorageTimeout bounds each Redis or Storage call.
+	//
+	// Optional. Default: 100 * time.Millisecond
+	StorageTimeout time.Duration
+
+	// BreakerFailures is how many calls in a row must fail for the breaker
+	// to open.
+	//
+	// Optional. Default: 5
+	BreakerFailures int
+
+	// BreakerCooldown is how long the breaker stays open before it probes.
+	//
+	// Optional. Default: 500 * time.Millisecond
+	BreakerCooldown time.Duration
+
+	// OnStorageError receives failed calls as a *quota.StorageError, at
+	// most one a second, and warnings about the store's settings.
+	//
+	// Optional. Default: nil (warnings go to the standard logger)
+	OnStorageError func(err error)
+
+	// DenyCacheKeys is how many rejected keys this process remembers.
+	//
+	// Optional. Default: 8192
+	DenyCacheKeys int
+
+	// DisableDenyCache turns the deny cache off.
+	//
+	// Optional. Default: false
+	DisableDenyCache bool
+
+	clock func() int64 // tests: the clock in ms
+}
+
+// Limit is one of several limits (Config.Limits).
+type Limit struct {
+	// Max is the number of units per Expiration: 1 to 2^32-1.
+	Max int
+	// Expiration is the window's length, at least 1 ms.
+	Expiration time.Duration
+	// Burst is TokenBucket's capacity; 0 means Max.
+	Burst int
+	// PolicyName names this limit in the IETF fields.
+	PolicyName string
+}
+
+// HeaderMode chooses which rate-limit headers a response carries.
+// Retry-After is sent with every rejection that can succeed later, in every
+// mode.
+type HeaderMode = headers.Mode
+
+const (
+	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset. The default.
+	HeadersXRateLimit = headers.XRateLimit
+	// HeadersIETF sends RateLimit-Policy and RateLimit, the fields of
+	// draft-ietf-httpapi-ratelimit-headers-10.
+	HeadersIETF = headers.IETF
+	// HeadersBoth sends both sets.
+	HeadersBoth = headers.Both
+	// HeadersNone sends no rate-limit headers.
+	HeadersNone = headers.None
+)

@@ -1,0 +1,112 @@
+package nethttp
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/redistest"
+	"github.com/fiberlimit/limiter/quota"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The net/http middleware builds without Fiber or fasthttp.
+func TestNoFiberBelow(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	deps := strings.Fields(string(out))
+	require.Contains(t, deps, "github.com/fiberlimit/limiter/quota")
+	for _, dep := range deps {
+		require.NotContains(t, dep, "gofiber")
+		require.NotContains(t, dep, "valyala")
+	}
+}
+
+func ok(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
+
+// from sends GET / from the client address addr ("host:port").
+func from(h http.Handler, addr string) *http.Response {
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.RemoteAddr = addr
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Result()
+}
+
+// By default a client is keyed by its address: an IPv6 client by its /64,
+// so a host cannot rotate past the limit within its network; IPv6Prefix
+// 128 keys each address on its own.
+func TestRemoteAddressKeys(t *testing.T) {
+	h := New(Config{Max: 2})(http.HandlerFunc(ok))
+	assert.Equal(t, 200, from(h, "[2001:db8:1:2::1]:1000").StatusCode)
+	assert.Equal(t, 200, from(h, "[2001:db8:1:2::ffff]:2000").StatusCode)
+	assert.Equal(t, 429, from(h, "[2001:db8:1:2:aaaa::9]:3000").StatusCode, "the same /64")
+	assert.Equal(t, 200, from(h, "[2001:db8:1:3::1]:1000").StatusCode, "another /64")
+	assert.Equal(t, 200, from(h, "203.0.113.7:1").StatusCode)
+
+	each := New(Config{Max: 1, IPv6Prefix: 128})(http.HandlerFunc(ok))
+	assert.Equal(t, 200, from(each, "[2001:db8::1]:1").StatusCode)
+	assert.Equal(t, 200, from(each, "[2001:db8::2]:1").StatusCode)
+	assert.Equal(t, 429, from(each, "[2001:DB8:0::2]:9").StatusCode, "the same address, spelled otherwise")
+}
+
+// A handler that streams through http.ResponseController still can: the
+// middleware's writer unwraps to the server's; the headers go out with
+// the status, before the first byte.
+func TestStreamingHandler(t *testing.T) {
+	h := New(Config{Max: 5})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("part"))
+		require.NoError(t, http.NewResponseController(w).Flush())
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, "4", resp.Header.Get("X-RateLimit-Remaining"))
+}
+
+// Three servers, each with its own go-redis client, share one Redis:
+// exactly Max of 200 concurrent requests are admitted, for each algorithm.
+func TestExactAcrossReplicas(t *testing.T) {
+	server := redistest.Start(t)
+	for _, alg := range []quota.Algorithm{quota.FixedWindow, quota.SlidingWindow, quota.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			var replicas []http.Handler
+			for range 3 {
+				client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 16})
+				t.Cleanup(func() { _ = client.Close() })
+				replicas = append(replicas, New(Config{
+					Algorithm: alg, Max: 20, Expiration: time.Minute, Redis: client, Name: "nethttp",
+					FailurePolicy: quota.FailClosed, StorageTimeout: 10 * time.Second,
+					KeyGenerator: func(*http.Request) string { return "exact-" + alg.String() },
+				})(http.HandlerFunc(ok)))
+			}
+			var admitted, next atomic.Int64
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Go(func() {
+					for i := next.Add(1); i <= 200; i = next.Add(1) {
+						switch code := from(replicas[i%3], "192.0.2.1:"+strconv.Itoa(int(i))).StatusCode; code {
+						case 200:
+							admitted.Add(1)
+						case 429:
+						default:
+							t.Errorf("status %d", code)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			assert.Equal(t, int64(20), admitted.Load())
+		})
+	}
+}

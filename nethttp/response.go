@@ -1,0 +1,81 @@
+package nethttp
+
+import (
+	"net/http"
+
+	"github.com/fiberlimit/limiter/internal/headers"
+	"github.com/fiberlimit/limiter/quota"
+)
+
+// responseWriter holds an admitted request's response until its status is
+// known: then (at WriteHeader, the first Write, or the handler's return)
+// it gives the cost back as Skip*Requests says, and sets the rate-limit
+// headers of the state that leaves, before the status goes out.
+type responseWriter struct {
+	http.ResponseWriter
+	l    *limiter
+	r    *http.Request
+	key  string
+	cost int
+	res  quota.Result
+	done bool
+	// rejectedBehind: a limiter of this package behind this one rejected
+	// the request (see markRejected).
+	rejectedBehind bool
+}
+
+// before runs once, just before the status goes out.
+func (w *responseWriter) before(status int) {
+	if w.done {
+		return
+	}
+	w.done = true
+	res := w.l.refund(w.r.Context(), w.key, w.cost, status, &w.res)
+	var out headers.Out
+	w.l.headers.WriteAdmitted(&out, fields(w.Header()), &res, w.key, w.l.cfg.DryRun, w.rejectedBehind)
+	setFields(w.Header(), &out)
+}
+
+func (w *responseWriter) WriteHeader(status int) {
+	if status >= 200 || status == http.StatusSwitchingProtocols {
+		w.before(status)
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	w.before(http.StatusOK)
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap returns the wrapped ResponseWriter, for http.ResponseController
+// (Flush, Hijack, deadlines).
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// markRejected tells a limiter of this package in front of this one, when
+// w is its writer, that the request was rejected here: it then leaves this
+// limiter's fields and Retry-After as they are.
+func markRejected(w http.ResponseWriter) {
+	if front, ok := w.(*responseWriter); ok {
+		front.rejectedBehind = true
+	}
+}
+
+// fields are an http.Header, as package headers reads it.
+type fields http.Header
+
+func (f fields) Peek(name []byte) []byte {
+	v := http.Header(f).Get(string(name))
+	if v == "" {
+		return nil
+	}
+	return []byte(v)
+}
+
+// setFields sets the fields of out on h.
+func setFields(h http.Header, out *headers.Out) {
+	for i := range out.Len() {
+		name, value := out.Field(i)
+		h.Set(string(name), string(value))
+	}
+}
