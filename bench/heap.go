@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 )
 
 // heapChildEnv, when set in the environment, makes the program (or the test
@@ -68,16 +69,15 @@ func heapPerKey(variant string, n int) (float64, error) {
 			return err
 		}
 	} else {
-		var mw fiber.Handler
+		var h fasthttp.RequestHandler
 		for _, v := range memVariants() {
-			if v.name == variant && v.mw != nil {
-				mw = v.mw(10)
+			if v.name == variant && (v.mw != nil || v.app != nil) {
+				h = v.handler(10)
 			}
 		}
-		if mw == nil {
+		if h == nil {
 			return 0, fmt.Errorf("unknown heap variant %q", variant)
 		}
-		h := newApp(mw)
 		defer runtime.KeepAlive(h)
 		req := newRequest()
 		take = func(k []byte) error {

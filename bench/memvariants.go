@@ -9,6 +9,7 @@ import (
 	fiberlimiter "github.com/gofiber/fiber/v2/middleware/limiter"
 	ulule "github.com/ulule/limiter/v3"
 	ululememory "github.com/ulule/limiter/v3/drivers/store/memory"
+	"github.com/valyala/fasthttp"
 )
 
 // memVariant is one in-memory limiter as Fiber middleware: mw returns a
@@ -17,6 +18,30 @@ import (
 type memVariant struct {
 	name string
 	mw   func(max int) fiber.Handler
+	// app, when set instead of mw, is the whole app (a Fiber v3 one), and
+	// base the baseline its added cost is measured over.
+	app  func(max int) fasthttp.RequestHandler
+	base string
+}
+
+// handler is the variant's app for a limit of max.
+func (v memVariant) handler(max int) fasthttp.RequestHandler {
+	if v.app != nil {
+		return v.app(max)
+	}
+	var mw fiber.Handler
+	if v.mw != nil {
+		mw = v.mw(max)
+	}
+	return newApp(mw)
+}
+
+// baseline is the variant its added cost is over.
+func (v memVariant) baseline() string {
+	if v.base != "" {
+		return v.base
+	}
+	return vBaseline
 }
 
 // Names of the in-memory variants.
@@ -105,16 +130,16 @@ func floorMiddleware() fiber.Handler {
 
 // memVariants are the in-memory variants, the baseline first.
 func memVariants() []memVariant {
-	return []memVariant{
-		{vBaseline, nil},
-		{vOursFixed, oursMemory(limiter.FixedWindow{})},
-		{vOursSliding, oursMemory(limiter.SlidingWindow{})},
-		{vOursToken, oursMemory(limiter.TokenBucket{})},
-		{vFiberFixed, fiberMemory(fiberlimiter.FixedWindow{})},
-		{vFiberSliding, fiberMemory(fiberlimiter.SlidingWindow{})},
-		{vUluleMem, func(max int) fiber.Handler { return ululeMiddleware(ululeMemoryLimiter(max)) }},
-		{vFloor, func(int) fiber.Handler { return floorMiddleware() }},
-	}
+	return append([]memVariant{
+		{name: vBaseline},
+		{name: vOursFixed, mw: oursMemory(limiter.FixedWindow{})},
+		{name: vOursSliding, mw: oursMemory(limiter.SlidingWindow{})},
+		{name: vOursToken, mw: oursMemory(limiter.TokenBucket{})},
+		{name: vFiberFixed, mw: fiberMemory(fiberlimiter.FixedWindow{})},
+		{name: vFiberSliding, mw: fiberMemory(fiberlimiter.SlidingWindow{})},
+		{name: vUluleMem, mw: func(max int) fiber.Handler { return ululeMiddleware(ululeMemoryLimiter(max)) }},
+		{name: vFloor, mw: func(int) fiber.Handler { return floorMiddleware() }},
+	}, v3Variants()...)
 }
 
 // memPairs are the comparisons of the in-memory figures: ours, then the
@@ -124,4 +149,6 @@ var memPairs = [][2]string{
 	{vOursSliding, vFiberSliding},
 	{vOursFixed, vUluleMem},
 	{vFloor, vFiberFixed},
+	{vV3OursFixed, vV3FiberFixed},
+	{vV3OursFixed, vOursFixed},
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fiberlimit/limiter"
+	"github.com/fiberlimit/limiter/quota"
 	"github.com/fiberlimit/limiter/storage/redis"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/gofiber/fiber/v2"
@@ -28,6 +29,7 @@ const (
 	rOursFixedUnpiped = "ours-fixed-unpipelined"
 	rOursSliding      = "ours-sliding"
 	rOursToken        = "ours-token"
+	rEngineFixed      = "ours-fixed [engine]"
 	rRedisRate        = "redis_rate"
 	rUlule            = "ulule-redis"
 	rMwOursFixed      = "ours-fixed [mw]"
@@ -69,6 +71,32 @@ func oursStoreVariant(name string, alg redis.Algorithm, keys []string, opts ...r
 			return err
 		}
 		return &redisSession{func() func(int) error { return decide }, func() { _ = store.Close() }}, nil
+	}}
+}
+
+// engineVariant is the engine, package quota, called directly: what the
+// middleware does per request, without Fiber, with the middleware's
+// failure layer (FailClosed, so a failure is an error, not a decision).
+func engineVariant(name string, keys []string, o options) *redisVariant {
+	return &redisVariant{name, "quota.Limiter.Take", func(srv *redisServer, pool int) (*redisSession, error) {
+		client := srv.client(pool)
+		l, err := quota.New(quota.Config{
+			Limits: []quota.Limit{{Max: redisMax, Expiration: time.Minute}}, Redis: client, Name: "bench-engine",
+			FailurePolicy: quota.FailClosed, StorageTimeout: o.storageTimeout,
+		})
+		if err != nil {
+			_ = client.Close()
+			return nil, err
+		}
+		ctx := context.Background()
+		decide := func(i int) error {
+			res, err := l.Take(ctx, keys[i], 1)
+			if err == nil && !res.Allowed() {
+				err = fmt.Errorf("rejected (%v)", res.Source())
+			}
+			return err
+		}
+		return &redisSession{func() func(int) error { return decide }, func() { _ = client.Close() }}, nil
 	}}
 }
 
@@ -129,6 +157,7 @@ func redisVariants(n int, o options) []*redisVariant {
 		oursStoreVariant(rOursFixedUnpiped, redis.FixedWindow, sk("s:fwu:"), redis.WithoutPipelining()),
 		oursStoreVariant(rOursSliding, redis.SlidingWindow, sk("s:sw:")),
 		oursStoreVariant(rOursToken, redis.TokenBucket, sk("s:tb:")),
+		engineVariant(rEngineFixed, sk("e:fw:"), o),
 		{rRedisRate, "Limiter.Allow", func(srv *redisServer, pool int) (*redisSession, error) {
 			client := srv.client(pool)
 			rl := redis_rate.NewLimiter(client)
@@ -192,4 +221,6 @@ var redisPairs = [][2]string{
 	{rMwOursUnpiped, rMwFiber},
 	{rMwOursCtx, rMwFiber},
 	{rMwOursFixed, rMwOursCtx},
+	{rEngineFixed, rOursFixed},
+	{rEngineFixed, rMwOursFixed},
 }

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/fiberlimit/limiter/internal/adapter"
 	"github.com/fiberlimit/limiter/internal/clientaddr"
@@ -284,14 +285,16 @@ func fieldsOf(c fiber.Ctx) headers.Fields {
 	return (*responseFields)(&c.Response().Header)
 }
 
-// setFields sets the fields of out on c's response, by SetCanonical under
-// the names in the form fasthttp normalizes them to, where c.GetRespHeader
-// and c.Set look for them.
+// setFields sets the fields of out on c's response, in the names' form
+// that fasthttp normalizes them to, where c.GetRespHeader, c.Set and
+// Header.Del look for them. It goes through SetBytesK, which copies the
+// value before it stores it: SetCanonical hands its value on in some
+// fasthttp versions, which would move out to the heap.
 func setFields(c fiber.Ctx, out *headers.Out) {
 	h := &c.Response().Header
 	for i := range out.Len() {
 		name, value := out.Field(i)
-		h.SetCanonical(name, value)
+		h.SetBytesK(name, unsafe.String(unsafe.SliceData(value), len(value)))
 	}
 }
 
