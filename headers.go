@@ -4,7 +4,6 @@ import (
 	rlheaders "github.com/fiberlimit/limiter/internal/headers"
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
-	"unsafe"
 )
 
 // HeaderMode chooses which rate-limit headers a response carries.
@@ -41,17 +40,17 @@ func fieldsOf(c *fiber.Ctx) rlheaders.Fields {
 	return (*responseFields)(&c.Response().Header)
 }
 
-// setFields sets the fields of out on c's response, in the names' form
-// that fasthttp normalizes them to, where c.GetRespHeader, c.Set and
-// Header.Del look for them. It goes through SetBytesK, which copies the
-// value before it stores it: SetCanonical hands its value on in some
-// fasthttp versions, which would move out to the heap.
+// setFields sets the fields of out on c's response, by SetCanonical, which
+// does not normalize, under the names in the form fasthttp normalizes them
+// to, so that they are where c.GetRespHeader, c.Set and Header.Del look
+// for them; then it releases out.
 func setFields(c *fiber.Ctx, out *rlheaders.Out) {
 	h := &c.Response().Header
 	for i := range out.Len() {
 		name, value := out.Field(i)
-		h.SetBytesK(name, unsafe.String(unsafe.SliceData(value), len(value)))
+		h.SetCanonical(name, value)
 	}
+	rlheaders.ReleaseOut(out)
 }
 
 // rejectedBehind is the request's user value that says a limiter behind

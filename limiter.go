@@ -169,9 +169,9 @@ func (h *handler) serve(c *fiber.Ctx) error {
 		return c.SendStatus(fiber.StatusServiceUnavailable)
 	}
 	if !res.Allowed() && !h.dryRun {
-		var out rlheaders.Out
-		h.headers.Write(&out, fieldsOf(c), &res, key, false)
-		setFields(c, &out)
+		out := rlheaders.AcquireOut()
+		h.headers.Write(out, fieldsOf(c), &res, key, false)
+		setFields(c, out)
 		c.Context().SetUserValue(rejectedBehind{}, true)
 		return h.limitReached(c)
 	}
@@ -183,9 +183,9 @@ func (h *handler) serve(c *fiber.Ctx) error {
 			}
 		}
 	}
-	var out rlheaders.Out
-	h.headers.WriteAdmitted(&out, fieldsOf(c), &res, key, h.dryRun, c.Context().UserValue(rejectedBehind{}) != nil)
-	setFields(c, &out)
+	out := rlheaders.AcquireOut()
+	h.headers.WriteAdmitted(out, fieldsOf(c), &res, key, h.dryRun, c.Context().UserValue(rejectedBehind{}) != nil)
+	setFields(c, out)
 	return err
 }
 

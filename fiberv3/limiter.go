@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unsafe"
 
 	"github.com/fiberlimit/limiter/internal/adapter"
 	"github.com/fiberlimit/limiter/internal/clientaddr"
@@ -202,9 +201,9 @@ func (h *handler) serve(c fiber.Ctx) error {
 		return c.SendStatus(fiber.StatusServiceUnavailable)
 	}
 	if !res.Allowed() && !h.dryRun {
-		var out headers.Out
-		h.headers.Write(&out, fieldsOf(c), &res, key, false)
-		setFields(c, &out)
+		out := headers.AcquireOut()
+		h.headers.Write(out, fieldsOf(c), &res, key, false)
+		setFields(c, out)
 		c.RequestCtx().SetUserValue(rejectedBehind{}, true)
 		return h.limitReached(c)
 	}
@@ -216,9 +215,9 @@ func (h *handler) serve(c fiber.Ctx) error {
 			}
 		}
 	}
-	var out headers.Out
-	h.headers.WriteAdmitted(&out, fieldsOf(c), &res, key, h.dryRun, c.RequestCtx().UserValue(rejectedBehind{}) != nil)
-	setFields(c, &out)
+	out := headers.AcquireOut()
+	h.headers.WriteAdmitted(out, fieldsOf(c), &res, key, h.dryRun, c.RequestCtx().UserValue(rejectedBehind{}) != nil)
+	setFields(c, out)
 	return err
 }
 
@@ -285,17 +284,17 @@ func fieldsOf(c fiber.Ctx) headers.Fields {
 	return (*responseFields)(&c.Response().Header)
 }
 
-// setFields sets the fields of out on c's response, in the names' form
-// that fasthttp normalizes them to, where c.GetRespHeader, c.Set and
-// Header.Del look for them. It goes through SetBytesK, which copies the
-// value before it stores it: SetCanonical hands its value on in some
-// fasthttp versions, which would move out to the heap.
+// setFields sets the fields of out on c's response, by SetCanonical, which
+// does not normalize, under the names in the form fasthttp normalizes them
+// to, so that they are where c.GetRespHeader, c.Set and Header.Del look
+// for them; then it releases out.
 func setFields(c fiber.Ctx, out *headers.Out) {
 	h := &c.Response().Header
 	for i := range out.Len() {
 		name, value := out.Field(i)
-		h.SetBytesK(name, unsafe.String(unsafe.SliceData(value), len(value)))
+		h.SetCanonical(name, value)
 	}
+	headers.ReleaseOut(out)
 }
 
 // rejectedBehind is the request's user value that says a limiter behind

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/fiberlimit/limiter/internal/timestep"
@@ -65,9 +66,10 @@ type Fields interface {
 }
 
 // Out collects the fields a Writer sets, for the adapter to set on its
-// response with calls of its own: a value handed to an interface method
-// would escape to the heap, and this keeps a decision free of allocation.
-// Its zero value is ready; it is meant to live on the adapter's stack.
+// response with calls of its own. Its zero value is ready. An adapter that
+// hands the values to fasthttp takes one from AcquireOut: some fasthttp
+// versions keep SetCanonical's value in their escape analysis, which would
+// move an Out on the stack to the heap, one allocation per request.
 type Out struct {
 	n     int
 	names [6][]byte
@@ -84,6 +86,20 @@ type outValue struct {
 	off, n int
 	big    []byte
 }
+
+// outs are the Outs of AcquireOut.
+var outs = sync.Pool{New: func() any { return new(Out) }}
+
+// AcquireOut returns an empty Out, to give back with ReleaseOut once its
+// fields are set.
+func AcquireOut() *Out {
+	o := outs.Get().(*Out)
+	o.n, o.used = 0, 0
+	return o
+}
+
+// ReleaseOut gives o back; it must not be used after.
+func ReleaseOut(o *Out) { outs.Put(o) }
 
 // Len is the number of fields set.
 func (o *Out) Len() int { return o.n }
