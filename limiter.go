@@ -24,7 +24,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fiberlimit/limiter/internal/adapter"
 	rlheaders "github.com/fiberlimit/limiter/internal/headers"
 	"github.com/fiberlimit/limiter/quota"
 	"github.com/gofiber/fiber/v2"
@@ -64,7 +63,6 @@ type handler struct {
 	headers      *rlheaders.Writer
 	dryRun       bool
 	onDecision   func(*fiber.Ctx, DecisionEvent)
-	windows      [4]time.Duration // each limit's Expiration, for DecisionEvent
 }
 
 // newHandler builds the middleware for alg. cfg may come straight from a
@@ -87,12 +85,6 @@ func newHandler(cfg Config, alg quota.Algorithm) fiber.Handler {
 		onDecision:   cfg.OnDecision,
 	}
 	h.memory = h.engine.Backend() == "memory"
-	if len(cfg.Limits) == 0 {
-		h.windows[0] = cfg.Expiration
-	}
-	for i, l := range cfg.Limits {
-		h.windows[i] = l.Expiration
-	}
 	if bits := cfg.IPv6Prefix; isDefaultKeyGenerator(cfg.KeyGenerator) && bits != defaultIPv6Prefix {
 		h.keyFunc = func(c *fiber.Ctx) string { return ipKey(c.IP(), bits) }
 	}
@@ -201,7 +193,7 @@ func (h *handler) refundContext(c *fiber.Ctx) context.Context {
 // report calls OnDecision with the result res on key, taken since start:
 // the event describes the most restrictive limit.
 func (h *handler) report(c *fiber.Ctx, key string, cost int, res *quota.Result, start time.Time) {
-	i := adapter.TightestIndex(res)
+	i := res.TightestIndex()
 	d := res.Decisions()[i]
 	h.onDecision(c, DecisionEvent{
 		Key:        key,
@@ -211,7 +203,7 @@ func (h *handler) report(c *fiber.Ctx, key string, cost int, res *quota.Result, 
 		Remaining:  d.Remaining,
 		Cost:       cost,
 		RetryAfter: res.RetryAfter(),
-		Expiration: h.windows[i],
+		Expiration: h.engine.Expiration(res, i),
 		Algorithm:  h.engine.Algorithm().String(),
 		Backend:    h.engine.Backend(),
 		Source:     res.Source(),

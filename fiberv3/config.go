@@ -48,7 +48,10 @@ type Config struct {
 	// ExpirationFunc, when set, returns Expiration for each request
 	// instead of the Expiration field; a result <= 0 means Expiration. A
 	// key's count under one window is kept apart from its count under
-	// another.
+	// another, so the results should come from a fixed set (one per plan
+	// or route): a result that changes from request to request, such as
+	// the time left to a deadline, gives every request a fresh count and
+	// limits nothing.
 	//
 	// Optional. Default: nil
 	ExpirationFunc func(c fiber.Ctx) time.Duration

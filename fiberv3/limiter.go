@@ -68,7 +68,6 @@ type handler struct {
 	headers        *headers.Writer
 	dryRun         bool
 	onDecision     func(fiber.Ctx, DecisionEvent)
-	windows        [4]time.Duration // each limit's Expiration, for DecisionEvent
 }
 
 // newHandler builds the middleware for alg. config may come straight from
@@ -130,10 +129,6 @@ func newHandler(config *Config, alg quota.Algorithm) fiber.Handler {
 		dryRun:         cfg.DryRun,
 		onDecision:     cfg.OnDecision,
 	}
-	h.windows[0] = cfg.Expiration
-	for i, l := range cfg.Limits {
-		h.windows[i] = l.Expiration
-	}
 	if bits := cfg.IPv6Prefix; isDefaultKeyGenerator(cfg.KeyGenerator) && bits != 0 && bits != clientaddr.DefaultIPv6Prefix {
 		h.keyFunc = func(c fiber.Ctx) string { return clientaddr.Key(c.IP(), bits) }
 	}
@@ -182,7 +177,7 @@ func (h *handler) serve(c fiber.Ctx) error {
 		return fmt.Errorf("limiter: rate-limit storage failed: %w", err)
 	}
 	if h.onDecision != nil {
-		h.report(c, key, cost, &res, first.Expiration, start)
+		h.report(c, key, cost, &res, start)
 	}
 	switch res.Source() {
 	case quota.SourceFailOpen:
@@ -232,15 +227,10 @@ func (h *handler) context(c fiber.Ctx) context.Context {
 }
 
 // report calls OnDecision with the result res on key, taken since start:
-// the event describes the most restrictive limit. expiration is the
-// request's own (ExpirationFunc), or 0.
-func (h *handler) report(c fiber.Ctx, key string, cost int, res *quota.Result, expiration time.Duration, start time.Time) {
-	i := adapter.TightestIndex(res)
+// the event describes the most restrictive limit.
+func (h *handler) report(c fiber.Ctx, key string, cost int, res *quota.Result, start time.Time) {
+	i := res.TightestIndex()
 	d := res.Decisions()[i]
-	window := h.windows[i]
-	if expiration > 0 {
-		window = expiration
-	}
 	h.onDecision(c, DecisionEvent{
 		Key:        key,
 		Allowed:    d.Allowed,
@@ -249,7 +239,7 @@ func (h *handler) report(c fiber.Ctx, key string, cost int, res *quota.Result, e
 		Remaining:  d.Remaining,
 		Cost:       cost,
 		RetryAfter: res.RetryAfter(),
-		Expiration: window,
+		Expiration: h.engine.Expiration(res, i),
 		Algorithm:  h.engine.Algorithm().String(),
 		Backend:    h.engine.Backend(),
 		Source:     res.Source(),

@@ -78,10 +78,6 @@ func New(cfg Config) func(http.Handler) http.Handler {
 		panic(err.Error())
 	}
 	l := &limiter{cfg: cfg, engine: engine, headers: w}
-	l.windows[0] = cfg.Expiration
-	for i, limit := range cfg.Limits {
-		l.windows[i] = limit.Expiration
-	}
 	if l.cfg.KeyGenerator == nil {
 		bits := orDefault(cfg.IPv6Prefix, clientaddr.DefaultIPv6Prefix)
 		l.cfg.KeyGenerator = func(r *http.Request) string { return remoteKey(r, bits) }
@@ -118,7 +114,6 @@ type limiter struct {
 	cfg     Config
 	engine  *quota.Limiter
 	headers *headers.Writer
-	windows [4]time.Duration // each limit's Expiration, for DecisionEvent
 }
 
 func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -193,7 +188,7 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 
 // report calls OnDecision with the result res on key, taken since start.
 func (l *limiter) report(r *http.Request, key string, cost int, res *quota.Result, start time.Time) {
-	i := adapter.TightestIndex(res)
+	i := res.TightestIndex()
 	d := res.Decisions()[i]
 	l.cfg.OnDecision(r, quota.DecisionEvent{
 		Key:        key,
@@ -203,7 +198,7 @@ func (l *limiter) report(r *http.Request, key string, cost int, res *quota.Resul
 		Remaining:  d.Remaining,
 		Cost:       cost,
 		RetryAfter: res.RetryAfter(),
-		Expiration: l.windows[i],
+		Expiration: l.engine.Expiration(res, i),
 		Algorithm:  l.engine.Algorithm().String(),
 		Backend:    l.engine.Backend(),
 		Source:     res.Source(),

@@ -74,6 +74,50 @@ func TestStreamingHandler(t *testing.T) {
 	assert.Equal(t, "4", resp.Header.Get("X-RateLimit-Remaining"))
 }
 
+// A handler that flushes before it writes (server-sent events) still sends
+// the headers; one that type-asserts Flusher and Hijacker finds them.
+func TestFlushFirstAndInterfaces(t *testing.T) {
+	var flusher, hijacker bool
+	h := New(Config{Max: 5})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, flusher = w.(http.Flusher)
+		_, hijacker = w.(http.Hijacker)
+		require.NoError(t, http.NewResponseController(w).Flush())
+		_, _ = w.Write([]byte("event"))
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, "4", resp.Header.Get("X-RateLimit-Remaining"))
+	assert.True(t, flusher)
+	assert.True(t, hijacker)
+}
+
+// Two limiters stacked with a writer-wrapping middleware between them: the
+// inner one's rejection keeps its own fields; the outer one does not
+// overwrite them.
+func TestStackedThroughAWrapper(t *testing.T) {
+	inner := New(Config{Max: 1, KeyGenerator: func(*http.Request) string { return "k" }})
+	outer := New(Config{Max: 10, KeyGenerator: func(*http.Request) string { return "k" }})
+	wrap := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(&unwrapper{w}, r)
+		})
+	}
+	h := outer(wrap(inner(http.HandlerFunc(ok))))
+	assert.Equal(t, 200, from(h, "192.0.2.1:1").StatusCode)
+	resp := from(h, "192.0.2.1:1")
+	assert.Equal(t, 429, resp.StatusCode)
+	assert.Equal(t, "1", resp.Header.Get("X-RateLimit-Limit"), "the inner limiter's")
+	assert.Equal(t, "0", resp.Header.Get("X-RateLimit-Remaining"))
+}
+
+// unwrapper is a middleware's ResponseWriter that unwraps to the next.
+type unwrapper struct{ http.ResponseWriter }
+
+func (u *unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
 // Three servers, each with its own go-redis client, share one Redis:
 // exactly Max of 200 concurrent requests are admitted, for each algorithm.
 func TestExactAcrossReplicas(t *testing.T) {

@@ -1,6 +1,8 @@
 package nethttp
 
 import (
+	"bufio"
+	"net"
 	"net/http"
 
 	"github.com/fiberlimit/limiter/internal/headers"
@@ -48,16 +50,42 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// Flush sends the status (with the rate-limit headers) and what has been
+// written so far; a writer that cannot flush ignores it.
+func (w *responseWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush, with the error of a writer that cannot flush.
+func (w *responseWriter) FlushError() error {
+	w.before(http.StatusOK)
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to the handler (a WebSocket upgrade, say);
+// the limiter then writes nothing more.
+func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.done = true
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
 // Unwrap returns the wrapped ResponseWriter, for http.ResponseController
-// (Flush, Hijack, deadlines).
+// (deadlines, and what else it finds there).
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// markRejected tells a limiter of this package in front of this one, when
-// w is its writer, that the request was rejected here: it then leaves this
-// limiter's fields and Retry-After as they are.
+// markRejected tells a limiter of this package in front of this one that
+// the request was rejected here: it then leaves this limiter's fields and
+// Retry-After as they are. The front limiter's writer is w, or one that
+// writers in between unwrap to.
 func markRejected(w http.ResponseWriter) {
-	if front, ok := w.(*responseWriter); ok {
-		front.rejectedBehind = true
+	for range 16 {
+		switch v := w.(type) {
+		case *responseWriter:
+			v.rejectedBehind = true
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return
+		}
 	}
 }
 

@@ -18,7 +18,7 @@ type Decision struct {
 	// Allowed reports whether the request was admitted and its cost counted.
 	// A rejected request consumes nothing.
 	Allowed bool
-	// Limit is the quota the decision was made against: Max (or MaxFunc's
+	// Limit is the quota the decision was made against: Max (or TakeWith's
 	// result) for the windows, the bucket capacity Burst for the token bucket.
 	Limit int
 	// Remaining is how many requests of cost 1 would still be admitted right
@@ -27,7 +27,7 @@ type Decision struct {
 	// ResetAfter is the time until the key's quota is fully available again.
 	ResetAfter time.Duration
 	// RetryAfter is zero for an admitted request. For a rejected one it is the
-	// time until the same request would be admitted, or InfDuration when it
+	// time until the same request would be admitted, or Never when it
 	// never can be.
 	RetryAfter time.Duration
 
@@ -101,7 +101,7 @@ func (r rule) span(n int64) time.Duration {
 // in-memory manager keeps it in.
 const maxLimit = math.MaxUint32
 
-// clampLimit caps a per-request limit (from MaxFunc) at maxLimit; such a
+// clampLimit caps a per-call limit (from TakeWith) at maxLimit; such a
 // limit is effectively unlimited anyway.
 func clampLimit(limit int64) int64 { return min(limit, maxLimit) }
 
@@ -195,7 +195,7 @@ type backend interface {
 }
 
 // millis converts a span of milliseconds to a Duration: 0 when negative,
-// and saturating below InfDuration (about 292 years) when too long.
+// and saturating below Never (about 292 years) when too long.
 func millis(n int64) time.Duration {
 	switch {
 	case n <= 0:

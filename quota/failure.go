@@ -12,17 +12,19 @@ import (
 type FailurePolicy uint8
 
 const (
-	// FailFallback decides the request with an in-memory limiter of this
-	// replica, with the same rule and key. It keeps limiting while Storage
-	// is down, each replica on its own: N replicas admit up to N times the
-	// limit between them. Its headers are those of the local decision. The
-	// default.
+	// FailFallback decides the take with an in-memory limiter of this
+	// process, with the same limits and key. It keeps limiting while the
+	// store is down, each process on its own: N processes admit up to N
+	// times the limit between them. The default.
 	FailFallback FailurePolicy = iota
-	// FailOpen admits the request, uncounted and without rate-limit headers.
+	// FailOpen admits the take, uncounted: a Result with Source
+	// SourceFailOpen, each limit's Limit, and Remaining 0. The middlewares
+	// send no rate-limit headers with it.
 	FailOpen
-	// FailClosed rejects the request with 503 Service Unavailable and a
-	// Retry-After of the breaker's cool-down (at least 1 s), without
-	// rate-limit headers.
+	// FailClosed rejects the take: a Result with Source SourceFailClosed
+	// and a RetryAfter of the breaker's cool-down rounded up to whole
+	// seconds, at least 1 s. The middlewares answer 503 Service
+	// Unavailable with that Retry-After.
 	FailClosed
 )
 

@@ -59,7 +59,8 @@ type Config struct {
 
 	// RedisStore, when set instead of Redis, is the Lua store to decide
 	// in: this module's storage/redis Store, with its options (such as
-	// WithoutPipelining).
+	// WithoutPipelining). With Now set, its client is used with Now's
+	// clock, and its other options are not carried over.
 	//
 	// Optional. Default: nil
 	RedisStore *redis.Store
@@ -67,8 +68,10 @@ type Config struct {
 	// Storage, when set and Redis is not, keeps state in any key-value
 	// store by reading it, deciding and writing it back under a lock of
 	// this process: exact for one process, but processes sharing the store
-	// can interleave and admit more than the limit together. For Redis,
-	// set Redis instead.
+	// can interleave and admit more than the limit together. A storage on
+	// Redis given here is used that way too: for the exact Lua store, set
+	// Redis to its client (the middlewares detect such a storage by its
+	// Conn method and do so).
 	//
 	// Optional. Default: nil
 	Storage Storage
@@ -81,7 +84,10 @@ type Config struct {
 
 	// VaryExpiration lets TakeWith set the first limit's Expiration per
 	// call. A key's state under one window is kept apart from its state
-	// under another, so every key is stored with its window.
+	// under another (every key is stored with its window), so the windows
+	// should come from a fixed set, such as one per plan: a window that
+	// changes from call to call (the time left to a deadline) gives every
+	// call a fresh count.
 	//
 	// Optional. Default: false
 	VaryExpiration bool
@@ -388,9 +394,10 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (Result, error
 
 // TakeWith is Take with the first limit replaced, for this call, by
 // first: its Max when not 0 (needs Config.VaryMax; above 2^32-1 counts as
-// 2^32-1), its Expiration when not 0 (needs Config.VaryExpiration), its
-// Burst when not 0, else the configured Burst, or Max when none is. A
-// plan's quota, say, or Fiber v3's MaxFunc and ExpirationFunc.
+// 2^32-1), its Expiration when not 0 (needs Config.VaryExpiration), and
+// its Burst when not 0 (TokenBucket; needs Config.VaryMax), else the
+// configured Burst, or Max when none is. A plan's quota, say, or Fiber
+// v3's MaxFunc and ExpirationFunc.
 func (l *Limiter) TakeWith(ctx context.Context, key string, cost int, first Limit) (Result, error) {
 	if cost < 0 {
 		return Result{}, fmt.Errorf("limiter: cost is %d; it must be >= 0", cost)
@@ -430,6 +437,10 @@ func (l *Limiter) varied(first Limit) (limits, error) {
 		return ls, errors.New("limiter: TakeWith sets Expiration, which needs Config.VaryExpiration")
 	case first.Burst != 0 && l.alg != TokenBucket:
 		return ls, errors.New("limiter: TakeWith sets Burst, which only TokenBucket uses")
+	case first.Burst != 0 && !l.varyMax && int64(first.Burst) != r.burst:
+		// The time step was fitted for the configured quota, which a larger
+		// Burst could overflow.
+		return ls, errors.New("limiter: TakeWith sets Burst, which needs Config.VaryMax")
 	}
 	limit, burst := r.limit, r.burst
 	if first.Max != 0 {
@@ -473,7 +484,7 @@ func (l *Limiter) storedKey(dst []byte, ls *limits, key string) string {
 }
 
 // Refund credits back cost units of a take that admitted them (taken,
-// as Take or TakeMax returned it), in the window it counted them in, and
+// as Take or TakeWith returned it), in the window it counted them in, and
 // returns the state that leaves (as a take of cost 0 would). A refund of
 // a take that was rejected, or answered by the deny cache or FailOpen,
 // changes nothing. A store that fails the refund loses the credit: the
@@ -532,6 +543,17 @@ func (l *Limiter) finish(res *Result, ls *limits) {
 	if ls != &l.base {
 		res.each[0].Window = policyWindow(l.alg, ls.r[0])
 	}
+}
+
+// Expiration is the window of limit i as res was decided under: as
+// configured, or as TakeWith set it, rounded up to whole milliseconds and
+// to the limit's time step.
+func (l *Limiter) Expiration(res *Result, i int) time.Duration {
+	r := l.base.r[i]
+	if i == 0 && res.varied {
+		r = res.first
+	}
+	return r.span(r.window)
 }
 
 // Backend names where the limiter keeps its state: "memory", "redis" or

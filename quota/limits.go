@@ -71,6 +71,9 @@ func (v *Result) Decisions() []Decision { return v.each[:v.n] }
 // wait.
 func (v *Result) Tightest() Decision { return v.each[v.tightest()] }
 
+// TightestIndex is the index in Decisions of Tightest's limit.
+func (v *Result) TightestIndex() int { return v.tightest() }
+
 // Source says what answered: the backend, the deny cache, or the failure
 // policy.
 func (v *Result) Source() Source { return v.source }

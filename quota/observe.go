@@ -17,7 +17,7 @@ type DecisionEvent struct {
 	Allowed bool
 	// DryRun is Config.DryRun.
 	DryRun bool
-	// Limit is the quota decided against: Max (or MaxFunc's result) for the
+	// Limit is the quota decided against: Max (or the adapter's MaxFunc's result) for the
 	// windows, the bucket's Burst for TokenBucket. With several Limits,
 	// Limit, Remaining and Expiration describe the most restrictive one, as
 	// the X-RateLimit headers do.

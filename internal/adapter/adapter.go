@@ -183,15 +183,3 @@ func (s *Settings) EngineLimits() []quota.Limit {
 	}
 	return ls
 }
-
-// TightestIndex is the index of res's most restrictive limit: the one
-// OnDecision describes.
-func TightestIndex(res *quota.Result) int {
-	t := res.Tightest()
-	for i, d := range res.Decisions() {
-		if d == t {
-			return i
-		}
-	}
-	return 0
-}

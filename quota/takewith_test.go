@@ -1,0 +1,58 @@
+package quota
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TakeWith changes only what the Config lets it, and says so otherwise.
+func TestTakeWithNeedsVary(t *testing.T) {
+	ctx := context.Background()
+	plain, err := New(Config{Algorithm: TokenBucket, Limits: []Limit{{Max: 1, Expiration: 365 * 24 * time.Hour}}})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		first Limit
+		want  string
+	}{
+		{Limit{Max: 5}, "needs Config.VaryMax"},
+		{Limit{Expiration: time.Second}, "needs Config.VaryExpiration"},
+		{Limit{Burst: 1 << 31}, "needs Config.VaryMax"},
+		{Limit{Max: -1}, "negative"},
+	} {
+		_, err := plain.TakeWith(ctx, "k", 1, tc.first)
+		assert.ErrorContains(t, err, tc.want, "%+v", tc.first)
+	}
+	res, err := plain.TakeWith(ctx, "k", 1, Limit{Max: 1, Expiration: 365 * 24 * time.Hour})
+	require.NoError(t, err, "the configured values themselves")
+	assert.True(t, res.Allowed())
+
+	// With VaryMax, a Burst up to 2^32-1 is exact: a fresh key has it all.
+	varying, err := New(Config{Algorithm: TokenBucket, Limits: []Limit{{Max: 1, Expiration: 365 * 24 * time.Hour}}, VaryMax: true})
+	require.NoError(t, err)
+	res, err = varying.TakeWith(ctx, "k", 1, Limit{Burst: 1 << 31})
+	require.NoError(t, err)
+	require.True(t, res.Allowed())
+	assert.Equal(t, 1<<31, res.Tightest().Limit)
+	assert.Equal(t, 1<<31-1, res.Tightest().Remaining)
+	assert.Positive(t, res.Tightest().Window)
+}
+
+// Limiter.Expiration is the window as decided: to the ms, and to the
+// step for a quota counted in coarser steps.
+func TestExpirationAsDecided(t *testing.T) {
+	l, err := New(Config{Limits: []Limit{{Max: 3, Expiration: 1500 * time.Microsecond}}})
+	require.NoError(t, err)
+	res, err := l.Take(context.Background(), "k", 1)
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Millisecond, l.Expiration(&res, 0))
+
+	v, err := New(Config{Limits: []Limit{{Max: 3, Expiration: time.Minute}}, VaryExpiration: true})
+	require.NoError(t, err)
+	res, err = v.TakeWith(context.Background(), "k", 1, Limit{Expiration: 250 * time.Millisecond})
+	require.NoError(t, err)
+	assert.Equal(t, 250*time.Millisecond, v.Expiration(&res, 0), "TakeWith's")
+}
