@@ -27,7 +27,7 @@ import (
 // last reset, failed ones included.
 func faultScriptCalls(t *testing.T, admin *goredis.Client) int {
 	t.Helper()
-	return faultCommandCalls(t, admin, "evalsha") + faultCommandCalls(t, admin, "eval")
+	return redistest.CommandCalls(t, admin, "evalsha") + redistest.CommandCalls(t, admin, "eval")
 }
 
 // faultInfoInt reads a field of INFO section as a number.

@@ -330,24 +330,6 @@ func faultWaitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// faultCommandCalls returns how many times Redis ran the command name
-// (lower case) since its stats were last reset, from INFO commandstats.
-func faultCommandCalls(t *testing.T, admin *goredis.Client, name string) int {
-	t.Helper()
-	info, err := admin.Info(context.Background(), "commandstats").Result()
-	require.NoError(t, err)
-	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-		require.NoError(t, err, "commandstats line %q", line)
-		return n
-	}
-	return 0
-}
-
 // faultHook records the calls of one replica's OnStorageError.
 type faultHook struct {
 	mu   sync.Mutex
@@ -657,9 +639,9 @@ func TestFaultScriptFlush(t *testing.T) {
 			stop.Store(true)
 			<-done
 
-			evals := faultCommandCalls(t, admin, "eval")
+			evals := redistest.CommandCalls(t, admin, "eval")
 			t.Logf("%d flushes, %d EVAL reloads, %d EVALSHA, hook calls %d",
-				flushes.Load(), evals, faultCommandCalls(t, admin, "evalsha"), hookCalls.Load())
+				flushes.Load(), evals, redistest.CommandCalls(t, admin, "evalsha"), hookCalls.Load())
 			require.Positive(t, flushes.Load())
 			require.Positive(t, evals, "no request found its script flushed")
 			require.Zero(t, hookCalls.Load(), "a flushed script reached OnStorageError")
@@ -761,7 +743,7 @@ func TestFaultDenyCacheSparesRedis(t *testing.T) {
 					require.NoError(t, admin.ConfigResetStat(ctx).Err())
 
 					require.Zero(t, hammer(t, replicas, "hot", flood, callers), "a request on the exhausted key was admitted")
-					evalsha := faultCommandCalls(t, admin, "evalsha")
+					evalsha := redistest.CommandCalls(t, admin, "evalsha")
 					t.Logf("%d replica(s), deny cache disabled %v: Redis ran %d EVALSHA for %d requests", replicaN, disabled, evalsha, flood)
 					if disabled {
 						require.Equal(t, flood, evalsha)

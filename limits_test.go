@@ -367,7 +367,7 @@ func TestLimitsDenyCache(t *testing.T) {
 
 // scriptCalls is how many script calls Redis has run.
 func scriptCalls(t *testing.T, admin *goredis.Client) int {
-	return faultCommandCalls(t, admin, "evalsha") + faultCommandCalls(t, admin, "eval")
+	return redistest.CommandCalls(t, admin, "evalsha") + redistest.CommandCalls(t, admin, "eval")
 }
 
 // With Redis down, FailFallback's in-memory limiter applies every limit.

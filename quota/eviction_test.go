@@ -48,7 +48,7 @@ func TestEvictingRedisIsReported(t *testing.T) {
 			// those before it.
 			own := 0
 			limiterInfos := func() int {
-				n := commandCalls(t, admin, "info") - own
+				n := redistest.CommandCalls(t, admin, "info") - own
 				own++
 				return n
 			}
@@ -166,5 +166,5 @@ func TestEvictionLookedAtOncePerRedis(t *testing.T) {
 	mu.Lock()
 	assert.Len(t, reports, 1)
 	mu.Unlock()
-	assert.Equal(t, 1, commandCalls(t, admin, "info"))
+	assert.Equal(t, 1, redistest.CommandCalls(t, admin, "info"))
 }

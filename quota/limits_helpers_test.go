@@ -2,10 +2,7 @@ package quota
 
 import (
 	"context"
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,22 +78,4 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// commandCalls returns how many times Redis ran the command name (lower
-// case) since its stats were last reset, from INFO commandstats.
-func commandCalls(t testing.TB, admin *goredis.Client, name string) int {
-	t.Helper()
-	info, err := admin.Info(context.Background(), "commandstats").Result()
-	require.NoError(t, err)
-	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-		require.NoError(t, err, "commandstats line %q", line)
-		return n
-	}
-	return 0
 }

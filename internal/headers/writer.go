@@ -72,10 +72,10 @@ type Fields interface {
 // move an Out on the stack to the heap, one allocation per request.
 type Out struct {
 	n     int
-	names [6][]byte
+	names [8][]byte
 	// Values are kept as places in buf rather than as slices of it: a
 	// struct that points into itself escapes to the heap.
-	values [6]outValue
+	values [8]outValue
 	used   int
 	buf    [512]byte // room for the usual values
 }
@@ -114,7 +114,8 @@ func (o *Out) value(i int) []byte {
 	return o.values[i].big
 }
 
-// set sets field name to a copy of value, replacing an earlier value.
+// set sets field name to a copy of value. A field set twice is listed
+// twice, the later value last: setting them in order leaves it.
 func (o *Out) set(name, value []byte) {
 	v := outValue{off: o.used, n: len(value)}
 	if o.used+len(value) <= len(o.buf) {
@@ -122,19 +123,33 @@ func (o *Out) set(name, value []byte) {
 	} else {
 		v.big = append([]byte{}, value...)
 	}
-	for i := range o.n {
-		if bytes.Equal(o.names[i], name) {
-			o.values[i] = v
-			return
-		}
+	o.add(name, v)
+}
+
+// setInt sets field name to n in decimal, formatted in place.
+func (o *Out) setInt(name []byte, n int64) {
+	if o.used+20 > len(o.buf) {
+		var tmp [20]byte
+		o.set(name, strconv.AppendInt(tmp[:0], n, 10))
+		return
+	}
+	start := o.used
+	o.used = len(strconv.AppendInt(o.buf[start:start], n, 10)) + start
+	o.add(name, outValue{off: start, n: o.used - start})
+}
+
+func (o *Out) add(name []byte, v outValue) {
+	if o.n == len(o.names) { // never: a Writer sets at most 6 fields, Retry-After twice
+		return
 	}
 	o.names[o.n], o.values[o.n] = name, v
 	o.n++
 }
 
-// peek returns field name as it will be: as set in o, else as it stands.
+// peek returns field name as it will be: as last set in o, else as it
+// stands.
 func (o *Out) peek(h Fields, name []byte) []byte {
-	for i := range o.n {
+	for i := o.n - 1; i >= 0; i-- {
 		if bytes.Equal(o.names[i], name) {
 			return o.value(i)
 		}
@@ -257,13 +272,13 @@ func (w *Writer) Write(out *Out, h Fields, res *quota.Result, key string, dryRun
 		wait = max(1, ceilSeconds(retryAfter), ExhaustedInFront(h, self))
 	}
 	if w.xRateLimit {
-		w.writeX(out, res, buf[:0])
+		w.writeX(out, res)
 	}
 	if w.ietf {
 		w.writeIETF(out, h, res, key, buf[:0], res.Allowed() || dryRun)
 	}
 	if retry && !dryRun {
-		out.set(NameRetryAfter, strconv.AppendInt(buf[:0], wait, 10))
+		out.setInt(NameRetryAfter, wait)
 	}
 }
 
@@ -284,7 +299,7 @@ func (w *Writer) WriteAdmitted(out *Out, h Fields, res *quota.Result, key string
 	} else {
 		var buf [256]byte
 		if w.xRateLimit && len(h.Peek(NameLimit)) == 0 {
-			w.writeX(out, res, buf[:0])
+			w.writeX(out, res)
 		}
 		if w.ietf {
 			w.writeIETF(out, h, res, key, buf[:0], true)
@@ -292,8 +307,7 @@ func (w *Writer) WriteAdmitted(out *Out, h Fields, res *quota.Result, key string
 	}
 	if spent := spentFor(res); spent > 0 && !dryRun {
 		if prev, ok := ParseSeconds(out.peek(h, NameRetryAfter)); ok && prev < spent {
-			var buf [20]byte
-			out.set(NameRetryAfter, strconv.AppendInt(buf[:0], spent, 10))
+			out.setInt(NameRetryAfter, spent)
 		}
 	}
 }
@@ -310,13 +324,12 @@ func spentFor(res *quota.Result) int64 {
 	return spent
 }
 
-// writeX sets the X-RateLimit fields of res's most restrictive limit,
-// scratch being spare room for the values.
-func (w *Writer) writeX(out *Out, res *quota.Result, scratch []byte) {
+// writeX sets the X-RateLimit fields of res's most restrictive limit.
+func (w *Writer) writeX(out *Out, res *quota.Result) {
 	d := res.Tightest()
-	out.set(NameLimit, strconv.AppendInt(scratch, int64(d.Limit), 10))
-	out.set(NameRemaining, strconv.AppendInt(scratch, int64(d.Remaining), 10))
-	out.set(NameReset, strconv.AppendInt(scratch, ceilSeconds(d.ResetAfter), 10))
+	out.setInt(NameLimit, int64(d.Limit))
+	out.setInt(NameRemaining, int64(d.Remaining))
+	out.setInt(NameReset, ceilSeconds(d.ResetAfter))
 }
 
 // writeIETF sets RateLimit-Policy and RateLimit for res, scratch being

@@ -185,3 +185,26 @@ func StartCluster(t testing.TB, n int) *Cluster {
 
 // String describes the server for messages.
 func (s *Server) String() string { return fmt.Sprintf("redis-server %s", s.Addr()) }
+
+// CommandCalls returns how many times the server of admin ran the command
+// name (lower case) since its stats were last reset, from INFO
+// commandstats; 0 if it has not run it.
+func CommandCalls(t testing.TB, admin *redis.Client, name string) int {
+	t.Helper()
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		return n
+	}
+	return 0
+}
