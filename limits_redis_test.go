@@ -181,15 +181,19 @@ func TestLimitsExactAcrossReplicas(t *testing.T) {
 			assert.GreaterOrEqual(t, run.lastAdmit, c.minSpread-10*time.Millisecond,
 				"the 12th admission came sooner than 5 per second allows")
 
-			scripts := stats["evalsha"].calls + stats["eval"].calls
+			// A script call decides one request, or as a batch several. The
+			// batch script is loaded by the first batch of each replica
+			// that finds it missing (NOSCRIPT, then EVAL).
+			scripts := stats["evalsha"].calls - stats["evalsha"].failed + stats["eval"].calls
 			assert.Positive(t, scripts)
-			assert.LessOrEqual(t, scripts, run.sent, "more script calls than decisions")
-			assert.Zero(t, stats["evalsha"].failed, "a script call failed (NOSCRIPT?)")
-			assert.Zero(t, stats["eval"].calls, "a script was sent whole though Redis had it")
-			// Commands made inside scripts are counted too: each script
-			// reads its one key once and asks for the time once, so a GET
-			// of anyone else would show here.
-			assert.Equal(t, scripts, stats["get"].calls, "GET calls besides the scripts' own")
+			assert.LessOrEqual(t, stats["evalsha"].failed, len(replicas), "NOSCRIPT beyond each replica's first batch")
+			assert.LessOrEqual(t, stats["eval"].calls, len(replicas), "a script was sent whole though Redis had it")
+			// Commands made inside scripts are counted too: each decision
+			// reads its one key once, and each script call asks for the
+			// time once, so a GET or TIME of anyone else would show here.
+			decisions := stats["get"].calls
+			assert.GreaterOrEqual(t, decisions, scripts)
+			assert.LessOrEqual(t, decisions, run.sent, "GET calls besides the scripts' own")
 			assert.Equal(t, scripts, stats["time"].calls, "TIME calls besides the scripts' own")
 			assert.Equal(t, want, stats["set"].calls, "writes besides one per admitted request")
 			for name := range stats {

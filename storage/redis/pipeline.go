@@ -22,6 +22,7 @@ import (
 // one pipeline.
 type batcher struct {
 	client      redis.UniversalClient // the node's, or the one client of a single node
+	bySlot      bool                  // a node of a Cluster or Ring: batch scripts hold one slot's calls
 	maxInFlight int
 	stats       *pipelineStats
 
@@ -34,10 +35,11 @@ type batcher struct {
 type pipelineStats struct {
 	pipelines atomic.Int64 // writes: pipelines, and calls sent alone
 	calls     atomic.Int64 // calls sent in them
+	scripts   atomic.Int64 // script calls that carried them
 }
 
-func newBatcher(client redis.UniversalClient, stats *pipelineStats) *batcher {
-	return &batcher{client: client, maxInFlight: max(4, 2*runtime.GOMAXPROCS(0)), stats: stats}
+func newBatcher(client redis.UniversalClient, stats *pipelineStats, bySlot bool) *batcher {
+	return &batcher{client: client, bySlot: bySlot, maxInFlight: max(4, 2*runtime.GOMAXPROCS(0)), stats: stats}
 }
 
 // pipelines sends each call through the batcher of the Redis node that
@@ -63,7 +65,7 @@ func newPipelines(client redis.UniversalClient) *pipelines {
 	case *redis.Ring:
 		p.node = func(_ context.Context, key string) (*redis.Client, error) { return c.GetShardClientForKey(key) }
 	default:
-		p.one = newBatcher(client, &p.stats)
+		p.one = newBatcher(client, &p.stats, false)
 	}
 	return p
 }
@@ -96,7 +98,7 @@ func (p *pipelines) batcherFor(node *redis.Client) *batcher {
 	if b, ok := p.nodes.Load(addr); ok && b.(*batcher).client == node {
 		return b.(*batcher)
 	}
-	b := newBatcher(node, &p.stats)
+	b := newBatcher(node, &p.stats, true)
 	p.nodes.Store(addr, b)
 	return b
 }
@@ -283,6 +285,7 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 		c := batch[0]
 		b.stats.pipelines.Add(1)
 		b.stats.calls.Add(1)
+		b.stats.scripts.Add(1)
 		c.cmd = runScript(ctx, b.client, c.alg, c.key, c.arg)
 		return
 	}
@@ -292,46 +295,63 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 	// TRYAGAIN, ...), which would run the other calls, already answered,
 	// once more: a PING is answered in every one of those states.
 	pipe.Ping(ctx)
-	sent := 0
+	var live []*batchedCall
 	for _, c := range batch {
 		if c.ctx.Err() != nil {
 			c.leave()
 			continue
 		}
-		c.cmd = scriptCmd(ctx, "evalsha", scripts[c.alg].Hash(), c.key, c.arg)
-		_ = pipe.Process(ctx, c.cmd)
-		sent++
+		live = append(live, c)
 	}
-	if sent > 0 {
-		execErr(pipe.Exec(ctx))
-		b.stats.pipelines.Add(1)
-		b.stats.calls.Add(int64(sent))
-		var missing []*batchedCall
-		for _, c := range batch {
+	if len(live) == 0 {
+		return
+	}
+	groups := groupCalls(live, b.bySlot)
+	for _, g := range groups {
+		g.queue(ctx, pipe, "evalsha")
+	}
+	execErr(pipe.Exec(ctx))
+	b.stats.pipelines.Add(1)
+	b.stats.calls.Add(int64(len(live)))
+	b.stats.scripts.Add(int64(len(groups)))
+	var missing []*batchedCall
+	for _, g := range groups {
+		g.answer(ctx)
+		for _, c := range g.calls {
 			if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 				missing = append(missing, c)
 			} else {
 				c.wake()
 			}
 		}
-		if len(missing) > 0 {
-			// Under a context of their own, which their callers now end
-			// when they give up: ctx may have ended with a caller that is
-			// not among them.
-			ctx, cancel := batchContext(missing)
-			defer cancel()
-			pipe := b.client.Pipeline()
-			pipe.Ping(ctx) // as above
-			for _, c := range missing {
-				if c.ctx.Err() != nil { // gone while its script was missing: not sent again
-					c.leave()
-					continue
-				}
-				c.cmd = scriptCmd(ctx, "eval", scriptSources[c.alg], c.key, c.arg)
-				_ = pipe.Process(ctx, c.cmd)
-			}
-			execErr(pipe.Exec(ctx))
+	}
+	if len(missing) == 0 {
+		return
+	}
+	// Under a context of their own, which their callers now end when they
+	// give up: ctx may have ended with a caller that is not among them.
+	ctx, cancel := batchContext(missing)
+	defer cancel()
+	pipe = b.client.Pipeline()
+	pipe.Ping(ctx) // as above
+	live = live[:0]
+	for _, c := range missing {
+		if c.ctx.Err() != nil { // gone while its script was missing: not sent again
+			c.leave()
+			continue
 		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	groups = groupCalls(live, b.bySlot)
+	for _, g := range groups {
+		g.queue(ctx, pipe, "eval")
+	}
+	execErr(pipe.Exec(ctx))
+	for _, g := range groups {
+		g.answer(ctx)
 	}
 }
 
@@ -343,8 +363,15 @@ func execErr(cmds []redis.Cmder, err error) {
 		return
 	}
 	for _, cmd := range cmds {
-		if c, ok := cmd.(*redis.StringCmd); ok && c.Err() == nil && c.Val() == "" {
-			c.SetErr(err)
+		switch c := cmd.(type) {
+		case *redis.StringCmd:
+			if c.Err() == nil && c.Val() == "" {
+				c.SetErr(err)
+			}
+		case *redis.SliceCmd:
+			if c.Err() == nil && c.Val() == nil {
+				c.SetErr(err)
+			}
 		}
 	}
 }

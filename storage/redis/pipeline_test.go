@@ -197,7 +197,7 @@ func TestRetriedFirstReplyDoesNotRunThePipelineAgain(t *testing.T) {
 		{ctx: ctx, alg: FixedWindow, key: "{orphan}", arg: testTakeArg()},
 		{ctx: ctx, alg: FixedWindow, key: other, arg: testTakeArg()},
 	}
-	newBatcher(node, &pipelineStats{}).exec(ctx, batch)
+	newBatcher(node, &pipelineStats{}, true).exec(ctx, batch)
 	assert.True(t, goredis.HasErrorPrefix(batch[0].cmd.Err(), "CLUSTERDOWN"), "first: %v", batch[0].cmd.Err())
 	require.NoError(t, batch[1].cmd.Err())
 	r, err := New(client, WithoutPipelining()).Take(ctx, other, rule, 0)
@@ -345,7 +345,7 @@ func TestCallerGivingUpEndsItsPipeline(t *testing.T) {
 	client := server.Client(t)
 	watch := pipelineWatch{release: make(chan struct{}), started: make(chan struct{}), ended: make(chan bool, 1)}
 	client.AddHook(watch)
-	b := newBatcher(client, &pipelineStats{})
+	b := newBatcher(client, &pipelineStats{}, false)
 	b.maxInFlight = 1
 
 	firstDone := make(chan error, 1)
@@ -417,7 +417,7 @@ func TestPipelineDoesNotResendForACallerThatLeft(t *testing.T) {
 		left.giveUp() // as its caller does when it stops waiting
 	}})
 
-	newBatcher(client, &pipelineStats{}).exec(batchCtx, []*batchedCall{left, stays})
+	newBatcher(client, &pipelineStats{}, false).exec(batchCtx, []*batchedCall{left, stays})
 
 	assert.ErrorIs(t, left.cmd.Err(), context.Canceled)
 	require.NoError(t, stays.cmd.Err())

@@ -1,0 +1,190 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A pipeline of calls to one node does not send a script call each: the
+// calls of one algorithm whose keys share a hash slot go as one call of
+// the algorithm's batch script, which decides them in the order they came,
+// each as the single script would, under one TIME and one script
+// dispatch. That is what a script call costs Redis beyond its arithmetic,
+// several microseconds of CPU, and what caps a hot key: its calls were one
+// script call each. Calls for one key see each other's writes, in arrival
+// order, so each gets its own exact decision.
+//
+// The batch script is the single script as a function of its key and
+// argument, called for each KEYS[i] and ARGV[i]; its answer is the array of
+// the single script's answers, in which a call's own error (a key of
+// another type) is an error reply of that call alone. An error the
+// server raises while running it (out of memory, say) fails every call of
+// the batch, as it would have failed each; the calls before it may have
+// been counted, which only ever admits less.
+//
+// Keys in Redis Cluster must share a slot to go in one script call (else
+// CROSSSLOT), and a Ring shards by key: on those, a batch holds one slot's
+// calls, and calls to other slots go beside it in the same pipeline.
+
+// batchSources are the batch scripts of the algorithms, and batchScripts
+// their digests for EVALSHA.
+var (
+	batchSources = [...]string{
+		FixedWindow:   batchOf(scriptSources[FixedWindow]),
+		SlidingWindow: batchOf(scriptSources[SlidingWindow]),
+		TokenBucket:   batchOf(scriptSources[TokenBucket]),
+	}
+	batchScripts = [...]*redis.Script{
+		FixedWindow:   redis.NewScript(batchSources[FixedWindow]),
+		SlidingWindow: redis.NewScript(batchSources[SlidingWindow]),
+		TokenBucket:   redis.NewScript(batchSources[TokenBucket]),
+	}
+)
+
+// batchOf makes the batch script of a single script: its body becomes a
+// function of the key and the argument, and its TIME is read once per
+// batch.
+func batchOf(single string) string {
+	body := strings.NewReplacer(
+		"KEYS[1]", "batch_key",
+		"ARGV[1]", "batch_arg",
+		"redis.call('TIME')", "batch_time()",
+	).Replace(single)
+	return `local batch_clock
+local function batch_time()
+  if not batch_clock then
+    batch_clock = redis.call('TIME')
+  end
+  return batch_clock
+end
+local function batch_one(batch_key, batch_arg)
+` + body + `
+end
+local answers = {}
+for i = 1, #KEYS do
+  answers[i] = batch_one(KEYS[i], ARGV[i])
+end
+return answers
+`
+}
+
+// batchGroup is the calls of one algorithm and slot in a pipeline, and
+// the command that carries them (nil for a call that goes alone).
+type batchGroup struct {
+	alg   Algorithm
+	slot  int
+	calls []*batchedCall
+	cmd   *redis.SliceCmd
+}
+
+// groupCalls groups calls by algorithm and, when bySlot, by hash slot, in
+// the order they came.
+func groupCalls(calls []*batchedCall, bySlot bool) []*batchGroup {
+	var groups []*batchGroup
+	for _, c := range calls {
+		slot := 0
+		if bySlot {
+			slot = hashSlot(c.key)
+		}
+		var g *batchGroup
+		for _, o := range groups {
+			if o.alg == c.alg && o.slot == slot {
+				g = o
+				break
+			}
+		}
+		if g == nil {
+			g = &batchGroup{alg: c.alg, slot: slot}
+			groups = append(groups, g)
+		}
+		g.calls = append(g.calls, c)
+	}
+	return groups
+}
+
+// queue adds g to pipe: its call alone as the single script (the
+// cheaper of the two for one call), or all of them as one call of the
+// batch script, by name ("evalsha" or "eval").
+func (g *batchGroup) queue(ctx context.Context, pipe redis.Pipeliner, name string) {
+	if len(g.calls) == 1 {
+		c := g.calls[0]
+		script := scripts[c.alg].Hash()
+		if name == "eval" {
+			script = scriptSources[c.alg]
+		}
+		c.cmd = scriptCmd(ctx, name, script, c.key, c.arg)
+		_ = pipe.Process(ctx, c.cmd)
+		return
+	}
+	script := batchScripts[g.alg].Hash()
+	if name == "eval" {
+		script = batchSources[g.alg]
+	}
+	args := make([]any, 0, 3+2*len(g.calls))
+	args = append(args, name, script, len(g.calls))
+	for _, c := range g.calls {
+		args = append(args, c.key)
+	}
+	for _, c := range g.calls {
+		args = append(args, c.arg)
+	}
+	g.cmd = redis.NewSliceCmd(ctx, args...)
+	g.cmd.SetFirstKeyPos(3) // for Redis Cluster's routing
+	_ = pipe.Process(ctx, g.cmd)
+}
+
+// answer gives each call of a batch its part of the batch's answer.
+func (g *batchGroup) answer(ctx context.Context) {
+	if g.cmd == nil {
+		return
+	}
+	answers, err := g.cmd.Result()
+	for i, c := range g.calls {
+		c.cmd = redis.NewStringCmd(ctx)
+		switch {
+		case err != nil:
+			c.cmd.SetErr(err)
+		case i >= len(answers):
+			c.cmd.SetErr(errShortBatch)
+		default:
+			switch a := answers[i].(type) {
+			case string:
+				c.cmd.SetVal(a)
+			case error:
+				c.cmd.SetErr(a)
+			default:
+				c.cmd.SetErr(errShortBatch)
+			}
+		}
+	}
+}
+
+// errShortBatch is the error of a call that a batch's answer has no
+// string for: never, from the batch scripts.
+var errShortBatch = errors.New("limiter: redis: the batch script's answer has no part for this call")
+
+// hashSlot is the Redis Cluster slot of key: CRC16 of its hash tag (the
+// part between the first '{' and the next '}', when not empty) or of the
+// whole key, mod 16384.
+func hashSlot(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}

@@ -1,0 +1,124 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/redistest"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Concurrent calls go to Redis as few script calls, each deciding many,
+// and every key is still limited exactly: 64 callers on one hot key and 50
+// others, for each algorithm; Redis ran fewer script calls than there were
+// decisions.
+func TestConcurrentCallsShareScriptCalls(t *testing.T) {
+	server := redistest.Start(t)
+	admin := server.Client(t)
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+		t.Run(strconv.Itoa(int(alg)), func(t *testing.T) {
+			client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 8})
+			t.Cleanup(func() { _ = client.Close() })
+			store := New(client)
+			require.NoError(t, admin.ConfigResetStat(context.Background()).Err())
+			const callers, each, limit, others = 64, 60, 100, 50
+			rule := Rule{Algorithm: alg, Limit: limit, Window: time.Hour}
+			prefix := "batch-" + strconv.Itoa(int(alg)) + ":"
+			var admitted [others + 1]atomic.Int64
+			var wg sync.WaitGroup
+			for g := range callers {
+				wg.Go(func() {
+					for i := range each {
+						k := (g*each + i) % (2 * others) // half the calls on key 0, the hot one
+						if k >= others {
+							k = 0
+						}
+						r, err := store.Take(context.Background(), prefix+strconv.Itoa(k), rule, 1)
+						if !assert.NoError(t, err) {
+							return
+						}
+						if r.Allowed {
+							admitted[k].Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			assert.Equal(t, int64(limit), admitted[0].Load(), "the hot key")
+			for k := 1; k < others; k++ {
+				sent := int64(0)
+				for g := range callers {
+					for i := range each {
+						if (g*each+i)%(2*others) == k {
+							sent++
+						}
+					}
+				}
+				assert.Equal(t, min(sent, limit), admitted[k].Load(), "key %d", k)
+			}
+			pipelines, calls := store.PipelineStats()
+			scripts := store.pipes.stats.scripts.Load()
+			evals := redistest.CommandCalls(t, admin, "evalsha") + redistest.CommandCalls(t, admin, "eval")
+			t.Logf("%d decisions: %d pipelines, %d script calls (Redis counted %d)", calls, pipelines, scripts, evals)
+			assert.Equal(t, int64(callers*each), calls)
+			assert.Less(t, scripts, calls/2, "decisions per script call: 1 without batching")
+			assert.Less(t, evals, int(calls/2), "script calls Redis ran")
+		})
+	}
+}
+
+// In a batch, a key of another type fails its own call alone; after a
+// SCRIPT FLUSH, batches go as EVAL and decide as before.
+func TestBatchErrorsAndFlush(t *testing.T) {
+	server := redistest.Start(t)
+	admin := server.Client(t)
+	ctx := context.Background()
+	require.NoError(t, admin.HSet(ctx, "batch:hash", "f", "v").Err())
+	client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 2})
+	t.Cleanup(func() { _ = client.Close() })
+	store := New(client)
+	rule := Rule{Algorithm: FixedWindow, Limit: 1000, Window: time.Hour}
+	b := newBatcher(client, &pipelineStats{}, false)
+	calls := []*batchedCall{
+		{ctx: ctx, alg: FixedWindow, key: "batch:a", arg: testTakeArg()},
+		{ctx: ctx, alg: FixedWindow, key: "batch:hash", arg: testTakeArg()},
+		{ctx: ctx, alg: FixedWindow, key: "batch:a", arg: testTakeArg()},
+	}
+	b.exec(ctx, calls)
+	require.NoError(t, calls[0].cmd.Err())
+	assert.True(t, goredis.HasErrorPrefix(calls[1].cmd.Err(), "WRONGTYPE"), "%v", calls[1].cmd.Err())
+	require.NoError(t, calls[2].cmd.Err())
+	assert.Equal(t, 1, redistest.CommandCalls(t, admin, "evalsha"), "one script call for three")
+	r, err := store.Take(ctx, "batch:a", rule, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(998), r.Remaining, "both calls on batch:a counted, in one script call")
+
+	require.NoError(t, admin.ScriptFlush(ctx).Err())
+	again := []*batchedCall{
+		{ctx: ctx, alg: FixedWindow, key: "batch:a", arg: testTakeArg()},
+		{ctx: ctx, alg: FixedWindow, key: "batch:b", arg: testTakeArg()},
+	}
+	b.exec(ctx, again)
+	for _, c := range again {
+		require.NoError(t, c.cmd.Err())
+	}
+	r, err = store.Take(ctx, "batch:a", rule, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(997), r.Remaining)
+}
+
+// hashSlot agrees with the server's CLUSTER KEYSLOT, hash tags included.
+func TestHashSlot(t *testing.T) {
+	admin := redistest.StartCluster(t, 3).Masters[0].Client(t)
+	for _, key := range []string{"", "a", "limiter::fw:1m:203.0.113.7", "{user1}:x", "x{}y", "a{b}{c}", "{", "}{a}", "\xff\x00binary"} {
+		want, err := admin.ClusterKeySlot(context.Background(), key).Result()
+		require.NoError(t, err)
+		assert.Equal(t, int(want), hashSlot(key), "%q", key)
+	}
+}
