@@ -105,13 +105,48 @@ func TestStackedThroughAWrapper(t *testing.T) {
 			next.ServeHTTP(&unwrapper{w}, r)
 		})
 	}
-	h := outer(wrap(inner(http.HandlerFunc(ok))))
+	outermost := New(Config{Max: 20, KeyGenerator: func(*http.Request) string { return "k" }})
+	h := outermost(outer(wrap(inner(http.HandlerFunc(ok)))))
 	assert.Equal(t, 200, from(h, "192.0.2.1:1").StatusCode)
 	resp := from(h, "192.0.2.1:1")
 	assert.Equal(t, 429, resp.StatusCode)
 	assert.Equal(t, "1", resp.Header.Get("X-RateLimit-Limit"), "the inner limiter's")
 	assert.Equal(t, "0", resp.Header.Get("X-RateLimit-Remaining"))
 }
+
+// A hijack that fails (HTTP/2, a recorder) leaves the response to the
+// handler: its 500 gets the headers, and SkipFailedRequests its refund.
+// So does a flush on a writer that cannot flush.
+func TestFailedHijackAndFlush(t *testing.T) {
+	for name, act := range map[string]func(w http.ResponseWriter){
+		"hijack": func(w http.ResponseWriter) { _, _, _ = http.NewResponseController(w).Hijack() },
+		"flush":  func(w http.ResponseWriter) { w.(http.Flusher).Flush() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := New(Config{Max: 5, SkipFailedRequests: true})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				act(w)
+				w.WriteHeader(http.StatusInternalServerError)
+			}))
+			for range 3 {
+				req := httptest.NewRequest(http.MethodGet, "/", nil)
+				w := &plainWriter{header: http.Header{}}
+				h.ServeHTTP(w, req)
+				assert.Equal(t, 500, w.status)
+				assert.Equal(t, "5", w.header.Get("X-RateLimit-Remaining"), "refunded")
+			}
+		})
+	}
+}
+
+// plainWriter is a ResponseWriter that can neither flush nor hijack.
+type plainWriter struct {
+	header http.Header
+	status int
+}
+
+func (w *plainWriter) Header() http.Header         { return w.header }
+func (w *plainWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *plainWriter) WriteHeader(status int)      { w.status = status }
 
 // unwrapper is a middleware's ResponseWriter that unwraps to the next.
 type unwrapper struct{ http.ResponseWriter }

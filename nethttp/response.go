@@ -54,33 +54,56 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 // written so far; a writer that cannot flush ignores it.
 func (w *responseWriter) Flush() { _ = w.FlushError() }
 
-// FlushError is Flush, with the error of a writer that cannot flush.
+// FlushError is Flush, with the error of a writer that cannot flush, which
+// leaves the status (and so the refund) to be settled when it is written.
 func (w *responseWriter) FlushError() error {
+	if !canFlush(w.ResponseWriter) {
+		return http.NewResponseController(w.ResponseWriter).Flush()
+	}
 	w.before(http.StatusOK)
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
+// canFlush reports whether w, or a writer it unwraps to, can flush.
+func canFlush(w http.ResponseWriter) bool {
+	for range 16 {
+		switch v := w.(type) {
+		case http.Flusher, interface{ FlushError() error }:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return false
+		}
+	}
+	return false
+}
+
 // Hijack hands the connection to the handler (a WebSocket upgrade, say);
-// the limiter then writes nothing more.
+// once it has it, the limiter writes nothing more. A hijack that fails
+// leaves the response to the handler, headers and refund as usual.
 func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	w.done = true
-	return http.NewResponseController(w.ResponseWriter).Hijack()
+	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.done = true
+	}
+	return conn, rw, err
 }
 
 // Unwrap returns the wrapped ResponseWriter, for http.ResponseController
 // (deadlines, and what else it finds there).
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// markRejected tells a limiter of this package in front of this one that
-// the request was rejected here: it then leaves this limiter's fields and
-// Retry-After as they are. The front limiter's writer is w, or one that
-// writers in between unwrap to.
+// markRejected tells every limiter of this package in front of this one
+// that the request was rejected here: they then leave this limiter's
+// fields and Retry-After as they are. Their writers are w and those it
+// unwraps to, through writers of other middlewares in between.
 func markRejected(w http.ResponseWriter) {
-	for range 16 {
+	for range 64 {
 		switch v := w.(type) {
 		case *responseWriter:
 			v.rejectedBehind = true
-			return
+			w = v.ResponseWriter
 		case interface{ Unwrap() http.ResponseWriter }:
 			w = v.Unwrap()
 		default:

@@ -43,6 +43,13 @@ func keyPrefix(cfg *Config, alg Algorithm, ls *limits) string {
 		if i > 0 {
 			b = append(b, '+')
 		}
+		if cfg.VaryExpiration {
+			// The window is in each key instead (see storedKey): the
+			// prefix says so, so that no key of such a limiter is one of a
+			// limiter with a window of its own.
+			b = append(b, '~')
+			continue
+		}
 		b = timestep.AppendWindow(b, windowMillis(cfg.Limits[i].Expiration))
 		if r.step > 1 {
 			// A state is kept in steps: another step is another state.

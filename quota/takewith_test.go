@@ -56,3 +56,15 @@ func TestExpirationAsDecided(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 250*time.Millisecond, v.Expiration(&res, 0), "TakeWith's")
 }
+
+// A limiter whose windows vary per call keeps its keys apart from one of
+// the same Name with a window of its own: its prefix says so.
+func TestVaryExpirationPrefix(t *testing.T) {
+	fixed := Config{Limits: []Limit{PerSecond(3)}}
+	varying := Config{Limits: []Limit{PerSecond(3)}, VaryExpiration: true}
+	require.NoError(t, fixed.fill())
+	require.NoError(t, varying.fill())
+	a, b := limitsOf(&fixed), limitsOf(&varying)
+	assert.Equal(t, "limiter::fw:1s:", keyPrefix(&fixed, FixedWindow, &a))
+	assert.Equal(t, "limiter::fw:~:", keyPrefix(&varying, FixedWindow, &b))
+}
