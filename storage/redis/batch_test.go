@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -120,5 +121,64 @@ func TestHashSlot(t *testing.T) {
 		want, err := admin.ClusterKeySlot(context.Background(), key).Result()
 		require.NoError(t, err)
 		assert.Equal(t, int(want), hashSlot(key), "%q", key)
+	}
+}
+
+// A random trace of takes and refunds, on a few keys, decided by batches
+// of 1 to 16 calls (a key often several times in one) gives byte for byte
+// the answers of the same calls made one by one, on another server: for
+// each algorithm, one limit and two, on the caller's clock.
+func TestBatchesMatchOneByOne(t *testing.T) {
+	batched, single := redistest.Start(t), redistest.Start(t)
+	ctx := context.Background()
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+		for _, rules := range [][]Rule{
+			{{Algorithm: alg, Limit: 5, Window: time.Second}},
+			{{Algorithm: alg, Limit: 3, Window: time.Second}, {Algorithm: alg, Limit: 7, Window: 5 * time.Second}},
+		} {
+			t.Run(strconv.Itoa(int(alg))+"/"+strconv.Itoa(len(rules)), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(alg), uint64(len(rules))))
+				now := time.UnixMilli(1_700_000_000_000)
+				store := New(single.Client(t), WithClock(func() time.Time { return now }))
+				b := newBatcher(batched.Client(t), &pipelineStats{}, false)
+				prefix := "trace:" + strconv.Itoa(int(alg)) + ":" + strconv.Itoa(len(rules)) + ":"
+				admittedAt := map[string][]Result{} // a key's admitted takes, for refunds
+				for step := 0; step < 400; {
+					n := 1 + rng.IntN(16)
+					var calls []*batchedCall
+					var want []string
+					for range n {
+						key := prefix + strconv.Itoa(rng.IntN(4))
+						cost := int64(rng.IntN(4))
+						flags, counted := byte(0), []Result(nil)
+						if taken := admittedAt[key]; len(taken) > 0 && rng.IntN(4) == 0 {
+							flags, counted = argRefund, taken[:len(rules)]
+							admittedAt[key] = taken[len(rules):]
+						}
+						var buf [argHeadSize + MaxRules*argRuleSize]byte
+						arg, err := store.pack(&buf, rules, cost, flags, counted)
+						require.NoError(t, err)
+						res, err := runScript(ctx, store.calls, alg, key, string(arg)).Result()
+						require.NoError(t, err)
+						want = append(want, res)
+						calls = append(calls, &batchedCall{ctx: ctx, alg: alg, key: key, arg: string(arg)})
+						if flags == 0 {
+							results := make([]Result, len(rules))
+							if ok, err := decodeResults(res, rules, results); err == nil && ok {
+								admittedAt[key] = append(admittedAt[key], results...)
+							}
+						}
+						now = now.Add(time.Duration(rng.IntN(120)) * time.Millisecond)
+						step++
+					}
+					b.exec(ctx, calls)
+					for i, c := range calls {
+						got, err := c.cmd.Result()
+						require.NoError(t, err, "step %d", step-n+i)
+						require.Equal(t, want[i], got, "step %d: call %d of a batch of %d", step-n+i, i, n)
+					}
+				}
+			})
+		}
 	}
 }

@@ -183,13 +183,43 @@ func (s *Store) run(ctx context.Context, key string, rules []Rule, cost int64, f
 	if cost < 0 {
 		return "", fmt.Errorf("limiter: redis %s: cost %d is negative", mode, cost)
 	}
+	var buf [argHeadSize + MaxRules*argRuleSize]byte
+	packed, err := s.pack(&buf, rules, cost, flags, counted)
+	if err != nil {
+		return "", fmt.Errorf("limiter: redis %s: %w", mode, err)
+	}
 	alg := rules[0].Algorithm
-	var arg [argHeadSize + MaxRules*argRuleSize]byte
+	var res string
+	mark := s.attempts.mark()
+	if s.pipes != nil {
+		res, err = s.pipes.run(ctx, alg, key, packed)
+	} else {
+		res, err = runScript(ctx, s.calls, alg, key, string(packed)).Result()
+	}
+	if err != nil {
+		// The key is left out: it may be a client's token, and it may be
+		// large.
+		if errors.Is(err, context.DeadlineExceeded) {
+			if cause := s.attempts.since(mark); cause != nil {
+				return "", fmt.Errorf("limiter: redis %s: %w, until the call's deadline passed (%w)", mode, cause, err)
+			}
+		}
+		return "", fmt.Errorf("limiter: redis %s: %w", mode, err)
+	}
+	return res, nil
+}
+
+// pack lays out a call's argument in arg: the flags, the cost and the time
+// (the Store's clock, or none for the server's TIME), then each rule's
+// limit, capacity, window and step, and the window that counted names for
+// a refund. Rules are checked (see Rule.check).
+func (s *Store) pack(arg *[argHeadSize + MaxRules*argRuleSize]byte, rules []Rule, cost int64, flags byte, counted []Result) ([]byte, error) {
+	alg := rules[0].Algorithm
 	most := int64(0) // the largest quota of the rules
 	for i, rule := range rules {
 		window, step, err := rule.check(alg)
 		if err != nil {
-			return "", fmt.Errorf("limiter: redis %s: %w", mode, err)
+			return nil, err
 		}
 		most = max(most, rule.Limit, rule.capacity())
 		countedIn := int64(0)
@@ -219,26 +249,7 @@ func (s *Store) run(ctx context.Context, key string, rules []Rule, cost int64, f
 	putUint(arg[1:6], uint64(cost))
 	putUint(arg[6:12], uint64(now))
 
-	packed := arg[:argHeadSize+len(rules)*argRuleSize]
-	var res string
-	var err error
-	mark := s.attempts.mark()
-	if s.pipes != nil {
-		res, err = s.pipes.run(ctx, alg, key, packed)
-	} else {
-		res, err = runScript(ctx, s.calls, alg, key, string(packed)).Result()
-	}
-	if err != nil {
-		// The key is left out: it may be a client's token, and it may be
-		// large.
-		if errors.Is(err, context.DeadlineExceeded) {
-			if cause := s.attempts.since(mark); cause != nil {
-				return "", fmt.Errorf("limiter: redis %s: %w, until the call's deadline passed (%w)", mode, cause, err)
-			}
-		}
-		return "", fmt.Errorf("limiter: redis %s: %w", mode, err)
-	}
-	return res, nil
+	return arg[:argHeadSize+len(rules)*argRuleSize], nil
 }
 
 // check validates a rule of a call whose rules are all of alg, and returns
