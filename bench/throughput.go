@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // tpCell is one column of figures 3 and 4: the hot key or many keys, and
@@ -27,10 +32,11 @@ func (c tpCell) name(keys int) string {
 
 // measurement is what one run of a variant in one column gave.
 type measurement struct {
-	rate     float64 // admitted decisions per second
-	p50, p99 float64 // latency of a decision, ns
-	errors   int64   // decisions that failed or were rejected
-	firstErr error
+	rate      float64 // admitted decisions per second
+	decisions int64   // decisions made, warm-up included
+	p50, p99  float64 // latency of a decision, ns
+	errors    int64   // decisions that failed or were rejected
+	firstErr  error
 }
 
 // measure runs callers goroutines, each with its own decide function from
@@ -94,6 +100,7 @@ func measure(s *redisSession, callers int, d time.Duration, hot int, key func() 
 		}
 	}
 	ok := int64(len(all)) - m.errors
+	m.decisions = int64(len(all)) + 2*int64(callers)
 	if ok <= 0 {
 		if m.firstErr == nil {
 			m.firstErr = errors.New("no decision completed")
@@ -112,6 +119,7 @@ type throughputResult struct {
 	cells    []tpCell
 	variants []*redisVariant
 	rate     map[cellVariant][]float64
+	cpu      map[cellVariant][]float64 // Redis's main-thread CPU per decision, µs
 	p50, p99 map[cellVariant][]float64
 	errors   map[string]int64
 	firstErr map[string]error
@@ -125,7 +133,7 @@ func runThroughput(o options, srv *redisServer) (*throughputResult, error) {
 	n := o.redisKeys
 	res := &throughputResult{
 		keys: n, variants: redisVariants(n, o),
-		rate: map[cellVariant][]float64{}, p50: map[cellVariant][]float64{}, p99: map[cellVariant][]float64{},
+		rate: map[cellVariant][]float64{}, cpu: map[cellVariant][]float64{}, p50: map[cellVariant][]float64{}, p99: map[cellVariant][]float64{},
 		errors: map[string]int64{}, firstErr: map[string]error{},
 	}
 	for _, many := range []bool{false, true} {
@@ -133,6 +141,8 @@ func runThroughput(o options, srv *redisServer) (*throughputResult, error) {
 			res.cells = append(res.cells, tpCell{many, c})
 		}
 	}
+	admin := srv.client(1)
+	defer admin.Close()
 	cursors := make([]atomic.Int64, len(res.variants))
 	for round := range o.rounds {
 		progressf(o, "3-4. Redis decisions/s and latency: round %d/%d", round+1, o.rounds)
@@ -148,12 +158,17 @@ func runThroughput(o options, srv *redisServer) (*throughputResult, error) {
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", v.name, err)
 				}
+				cpu0, cpuErr := redisCPU(admin)
 				m, err := measure(s, c.callers, o.redisTime, n, key)
+				cpu1, cpuErr1 := redisCPU(admin)
 				s.close()
 				if err != nil {
 					return nil, fmt.Errorf("%s, %s: %w", v.name, c.name(n), err)
 				}
 				k := cellVariant{ci, v.name}
+				if cpuErr == nil && cpuErr1 == nil && m.decisions > 0 {
+					res.cpu[k] = append(res.cpu[k], (cpu1-cpu0)*1e6/float64(m.decisions))
+				}
 				res.rate[k] = append(res.rate[k], m.rate)
 				res.p50[k] = append(res.p50[k], m.p50)
 				res.p99[k] = append(res.p99[k], m.p99)
@@ -233,5 +248,44 @@ func (r *throughputResult) tables() []*table {
 		rateRatio.add(row...)
 		latRatio.add(lrow...)
 	}
-	return []*table{rates, rateRatio, lat, latRatio}
+	cpu := &table{
+		title:  "3c. Redis CPU per decision, µs (main thread, INFO cpu)",
+		header: header("variant"),
+		notes: []string{
+			"used_cpu_user_main_thread + used_cpu_sys_main_thread over the measurement, per decision made; median over rounds. The server's own cost: parsing, dispatch, scripts, replies.",
+			"ours-* decide the calls a pipeline carries to one node in one batch-script call per algorithm (storage/redis); unpipelined, each call is its own.",
+		},
+	}
+	for _, v := range r.variants {
+		row := []string{v.name}
+		for ci := range r.cells {
+			row = append(row, fmt.Sprintf("%.1f", median(r.cpu[cellVariant{ci, v.name}])))
+		}
+		cpu.add(row...)
+	}
+	return []*table{rates, rateRatio, cpu, lat, latRatio}
+}
+
+// redisCPU is the CPU time, in seconds, the server's main thread has used
+// (user and system), from INFO cpu; the whole server's on a Redis without
+// the per-thread fields.
+func redisCPU(admin *goredis.Client) (float64, error) {
+	info, err := admin.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	fields := map[string]float64{}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			fields[k] = f
+		}
+	}
+	if u, ok := fields["used_cpu_user_main_thread"]; ok {
+		return u + fields["used_cpu_sys_main_thread"], nil
+	}
+	return fields["used_cpu_user"] + fields["used_cpu_sys"], nil
 }
