@@ -24,7 +24,7 @@ type commandStat struct{ calls, failed int }
 // limitsCommandStats reads INFO commandstats of the server admin talks to:
 // calls and failed calls by command name (lower case, subcommands as
 // "config|resetstat"). Redis counts the commands a script makes too: an
-// EVALSHA that reads and writes its key adds one "get" and one "set".
+// EVALSHA that reads and writes its key adds one "get" and one "set" (one each per key, for a batch).
 func limitsCommandStats(t *testing.T, admin *goredis.Client) map[string]commandStat {
 	t.Helper()
 	info, err := admin.Info(context.Background(), "commandstats").Result()
@@ -195,7 +195,10 @@ func TestLimitsExactAcrossReplicas(t *testing.T) {
 			assert.GreaterOrEqual(t, decisions, scripts)
 			assert.LessOrEqual(t, decisions, run.sent, "GET calls besides the scripts' own")
 			assert.Equal(t, scripts, stats["time"].calls, "TIME calls besides the scripts' own")
-			assert.Equal(t, want, stats["set"].calls, "writes besides one per admitted request")
+			// One write per key per script call, however many of the
+			// call's decisions counted: at most one per admitted request.
+			assert.Positive(t, stats["set"].calls)
+			assert.LessOrEqual(t, stats["set"].calls, want, "writes besides one per admitted request")
 			for name := range stats {
 				assert.Contains(t, []string{
 					"evalsha", "eval", "get", "set", "time", // the scripts and what they call
@@ -214,7 +217,7 @@ func TestLimitsExactAcrossReplicas(t *testing.T) {
 // from three replicas with a ClusterClient each, is admitted exactly 3
 // times (within a minute, the per-minute limit decides: timing cannot
 // matter), with no cluster error (CROSSSLOT, MOVED) reaching a client, at
-// most one script call per decision, and one write per admitted request.
+// most one script call per decision, and at most one write per admitted request.
 func TestLimitsOnCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	const keys, perKey, want = 300, 12, 3
@@ -286,7 +289,11 @@ func TestLimitsOnCluster(t *testing.T) {
 			t.Logf("%d decisions, %d script calls, %d SETs", keys*perKey, scripts, sets)
 			assert.Positive(t, scripts)
 			assert.LessOrEqual(t, scripts, keys*perKey, "more script calls than decisions")
-			assert.Equal(t, keys*want, sets, "writes besides one per admitted request")
+			// One write per key per script call, however many of the
+			// call's decisions counted: each key at least once, and at
+			// most once per admitted request.
+			assert.GreaterOrEqual(t, sets, keys)
+			assert.LessOrEqual(t, sets, keys*want, "writes besides one per admitted request")
 		})
 	}
 }

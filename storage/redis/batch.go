@@ -12,7 +12,8 @@ import (
 // calls of one algorithm whose keys share a hash slot go as one call of
 // the algorithm's batch script, which decides them in the order they came,
 // each as the single script would, under one TIME and one script
-// dispatch. That is what a script call costs Redis beyond its arithmetic,
+// dispatch, with one read and one write of each key however many calls it
+// has in the batch. That is what a script call costs Redis beyond its arithmetic,
 // several microseconds of CPU, and what caps a hot key: its calls were one
 // script call each. Calls for one key see each other's writes, in arrival
 // order, so each gets its own exact decision.
@@ -45,13 +46,20 @@ var (
 )
 
 // batchOf makes the batch script of a single script: its body becomes a
-// function of the key and the argument, and its TIME is read once per
-// batch.
+// function of the key and the argument; TIME is read once per batch; and
+// a key's value is read once and written once per batch, however many of
+// its calls the batch holds: reads after the first see the value the calls
+// before left, and the last value is written when every call has been
+// decided (or before a PTTL of the key, on the rare paths that ask it).
 func batchOf(single string) string {
 	body := strings.NewReplacer(
 		"KEYS[1]", "batch_key",
 		"ARGV[1]", "batch_arg",
 		"redis.call('TIME')", "batch_time()",
+		"redis.pcall('GET', key)", "batch_get(key)",
+		"redis.call('SET', key, value, 'PX', exp_all - request_now)", "batch_write(key, value, exp_all - request_now)",
+		"redis.call('DEL', key)", "batch_write(key, false, -1)",
+		"redis.call('PTTL', key)", "batch_pttl(key)",
 	).Replace(single)
 	return `local batch_clock
 local function batch_time()
@@ -60,6 +68,42 @@ local function batch_time()
   end
   return batch_clock
 end
+-- values: a key's value as the batch has it (false: none); pending: the
+-- PX of a write not made yet (-1: a DEL), in order.
+local batch_values, batch_pending, batch_order = {}, {}, {}
+local function batch_get(k)
+  local v = batch_values[k]
+  if v ~= nil then
+    return v
+  end
+  v = redis.pcall('GET', k)
+  if type(v) ~= 'table' then
+    batch_values[k] = v
+  end
+  return v
+end
+local function batch_write(k, v, px)
+  if batch_pending[k] == nil then
+    batch_order[#batch_order + 1] = k
+  end
+  batch_values[k], batch_pending[k] = v, px
+end
+local function batch_flush(k)
+  local px = batch_pending[k]
+  if px == nil then
+    return
+  end
+  batch_pending[k] = nil
+  if px < 0 then
+    redis.call('DEL', k)
+  else
+    redis.call('SET', k, batch_values[k], 'PX', px)
+  end
+end
+local function batch_pttl(k)
+  batch_flush(k)
+  return redis.call('PTTL', k)
+end
 local function batch_one(batch_key, batch_arg)
 ` + body + `
 end
@@ -67,8 +111,18 @@ local answers = {}
 for i = 1, #KEYS do
   answers[i] = batch_one(KEYS[i], ARGV[i])
 end
+for _, k in ipairs(batch_order) do
+  batch_flush(k)
+end
 return answers
 `
+}
+
+// batchReplaced are the pieces of the single scripts that batchOf
+// replaces, each of which must be there.
+var batchReplaced = []string{
+	"KEYS[1]", "ARGV[1]", "redis.call('TIME')", "redis.pcall('GET', key)",
+	"redis.call('SET', key, value, 'PX', exp_all - request_now)", "redis.call('DEL', key)", "redis.call('PTTL', key)",
 }
 
 // batchGroup is the calls of one algorithm and slot in a pipeline, and

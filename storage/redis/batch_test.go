@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -91,11 +92,14 @@ func TestBatchErrorsAndFlush(t *testing.T) {
 		{ctx: ctx, alg: FixedWindow, key: "batch:hash", arg: testTakeArg()},
 		{ctx: ctx, alg: FixedWindow, key: "batch:a", arg: testTakeArg()},
 	}
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
 	b.exec(ctx, calls)
 	require.NoError(t, calls[0].cmd.Err())
 	assert.True(t, goredis.HasErrorPrefix(calls[1].cmd.Err(), "WRONGTYPE"), "%v", calls[1].cmd.Err())
 	require.NoError(t, calls[2].cmd.Err())
 	assert.Equal(t, 1, redistest.CommandCalls(t, admin, "evalsha"), "one script call for three")
+	assert.Equal(t, 2, redistest.CommandCalls(t, admin, "get"), "one read of each key")
+	assert.Equal(t, 1, redistest.CommandCalls(t, admin, "set"), "one write of batch:a for its two calls")
 	r, err := store.Take(ctx, "batch:a", rule, 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(998), r.Remaining, "both calls on batch:a counted, in one script call")
@@ -180,5 +184,17 @@ func TestBatchesMatchOneByOne(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Every piece of the single scripts that the batch scripts replace is
+// there to replace, and the batch scripts make no other call.
+func TestBatchScriptsReplaceEveryCall(t *testing.T) {
+	for alg, src := range scriptSources[FixedWindow:] {
+		for _, piece := range batchReplaced {
+			assert.Contains(t, src, piece, "algorithm %d", alg+1)
+		}
+		body := batchSources[alg+1][strings.Index(batchSources[alg+1], "local function batch_one"):]
+		assert.NotContains(t, body[:strings.Index(body, "\nend\nlocal answers")], "redis.call('GET'", "a read past the batch's values")
 	}
 }
