@@ -19,7 +19,7 @@ const ceilingScript = `local n = redis.call('INCR', KEYS[1]) if n == 1 then redi
 var rpsRE = regexp.MustCompile(`([0-9.]+) requests per second`)
 
 // ceilingVariants are the Redis variants set against the ceiling.
-var ceilingVariants = []string{rOursFixed, rOursFixedUnpiped, rRedisRate}
+var ceilingVariants = []string{rOursFixed, rOursFixedUnbatch, rOursFixedUnpiped, rRedisRate, rRedisRateAuto}
 
 // ceilingResult holds figure 6: per round, redis-benchmark's requests/s
 // without and with -P 16, and each variant's decisions/s at the most

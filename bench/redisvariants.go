@@ -27,10 +27,12 @@ const redisMax = 1_000_000_000
 const (
 	rOursFixed        = "ours-fixed"
 	rOursFixedUnpiped = "ours-fixed-unpipelined"
+	rOursFixedUnbatch = "ours-fixed-unbatched"
 	rOursSliding      = "ours-sliding"
 	rOursToken        = "ours-token"
 	rEngineFixed      = "ours-fixed [engine]"
 	rRedisRate        = "redis_rate"
+	rRedisRateAuto    = "redis_rate [autopipeline]"
 	rUlule            = "ulule-redis"
 	rMwOursFixed      = "ours-fixed [mw]"
 	rMwOursUnpiped    = "ours-fixed-unpipelined [mw]"
@@ -150,11 +152,12 @@ func newFiberRedis(srv *redisServer, pool int) *fiberredis.Storage {
 func redisVariants(n int, o options) []*redisVariant {
 	bk := func(prefix string) [][]byte { return byteKeys(prefix, n) }
 	sk := func(prefix string) []string { return stringKeys(prefix, n) }
-	rrKeys, ululeKeys := sk("rr:"), sk("ul:")
+	rrKeys, rraKeys, ululeKeys := sk("rr:"), sk("rra:"), sk("ul:")
 	fiberKeys, ctxKeys := bk("fb:"), bk("h:fwc:")
 	return []*redisVariant{
 		oursStoreVariant(rOursFixed, redis.FixedWindow, sk("s:fw:")),
 		oursStoreVariant(rOursFixedUnpiped, redis.FixedWindow, sk("s:fwu:"), redis.WithoutPipelining()),
+		oursStoreVariant(rOursFixedUnbatch, redis.FixedWindow, sk("s:fwb:"), redis.WithoutBatching()),
 		oursStoreVariant(rOursSliding, redis.SlidingWindow, sk("s:sw:")),
 		oursStoreVariant(rOursToken, redis.TokenBucket, sk("s:tb:")),
 		engineVariant(rEngineFixed, sk("e:fw:"), o),
@@ -171,6 +174,27 @@ func redisVariants(n int, o options) []*redisVariant {
 				return err
 			}
 			return &redisSession{func() func(int) error { return decide }, func() { _ = client.Close() }}, nil
+		}},
+		{rRedisRateAuto, "Limiter.Allow", func(srv *redisServer, pool int) (*redisSession, error) {
+			// go-redis's own batching (v9.22+, experimental): concurrent
+			// commands share pipelines of up to 200.
+			client := srv.client(pool)
+			ap, err := client.AutoPipeline()
+			if err != nil {
+				_ = client.Close()
+				return nil, err
+			}
+			rl := redis_rate.NewLimiter(ap)
+			limit := redis_rate.PerMinute(redisMax)
+			ctx := context.Background()
+			decide := func(i int) error {
+				res, err := rl.Allow(ctx, rraKeys[i], limit)
+				if err == nil && res.Allowed < 1 {
+					err = errors.New("rejected")
+				}
+				return err
+			}
+			return &redisSession{func() func(int) error { return decide }, func() { _ = ap.Close(); _ = client.Close() }}, nil
 		}},
 		{rUlule, "Limiter.Get", func(srv *redisServer, pool int) (*redisSession, error) {
 			client := srv.client(pool)
@@ -212,11 +236,14 @@ func redisVariants(n int, o options) []*redisVariant {
 // call with a bare call and middleware with middleware.
 var redisPairs = [][2]string{
 	{rOursFixed, rRedisRate},
+	{rOursFixed, rRedisRateAuto},
+	{rRedisRateAuto, rRedisRate},
 	{rOursFixed, rUlule},
 	{rOursFixedUnpiped, rRedisRate},
 	{rOursFixedUnpiped, rUlule},
 	{rOursToken, rRedisRate},
 	{rOursFixed, rOursFixedUnpiped},
+	{rOursFixed, rOursFixedUnbatch},
 	{rMwOursFixed, rMwFiber},
 	{rMwOursUnpiped, rMwFiber},
 	{rMwOursCtx, rMwFiber},

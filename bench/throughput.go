@@ -208,7 +208,8 @@ func (r *throughputResult) tables() []*table {
 		header: header("variant", "via"),
 		notes: append([]string{
 			"Median over rounds of admitted decisions/s; limit 10^9 per minute, so every decision is admitted. A fresh client per measurement, pool size = callers.",
-			"ours-* pipeline concurrent calls by default (storage/redis); -unpipelined uses redis.WithoutPipelining(). [mw] = Fiber middleware via app.Handler(), no network.",
+			"ours-* pipeline concurrent calls by default (storage/redis), and decide the calls a pipeline carries to one node in one batch-script call per algorithm and slot; -unbatched uses redis.WithoutBatching() (a script call per decision, pipelined); -unpipelined uses redis.WithoutPipelining(). [mw] = Fiber middleware via app.Handler(), no network.",
+			"redis_rate [autopipeline]: redis_rate over go-redis's experimental Client.AutoPipeline() (v9.22+), which pipelines concurrent commands of any kind.",
 			"ours [mw] = limiter.Config{Storage: redis.New(client)} on a default go-redis client, FailClosed; -ctxtimeout: the client has ContextTimeoutEnabled, which spares the limiter's per-call timeout goroutine.",
 		}, r.errorNotes()...),
 	}

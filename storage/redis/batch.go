@@ -135,10 +135,14 @@ type batchGroup struct {
 }
 
 // groupCalls groups calls by algorithm and, when bySlot, by hash slot, in
-// the order they came.
-func groupCalls(calls []*batchedCall, bySlot bool) []*batchGroup {
+// the order they came; without batches, each call is a group of its own.
+func groupCalls(calls []*batchedCall, bySlot, batches bool) []*batchGroup {
 	var groups []*batchGroup
 	for _, c := range calls {
+		if !batches {
+			groups = append(groups, &batchGroup{alg: c.alg, calls: []*batchedCall{c}})
+			continue
+		}
 		slot := 0
 		if bySlot {
 			slot = hashSlot(c.key)

@@ -71,6 +71,20 @@ func TestConcurrentCallsShareScriptCalls(t *testing.T) {
 			assert.Equal(t, int64(callers*each), calls)
 			assert.Less(t, scripts, calls/2, "decisions per script call: 1 without batching")
 			assert.Less(t, evals, int(calls/2), "script calls Redis ran")
+
+			// WithoutBatching: as many script calls as decisions, in fewer
+			// writes.
+			unbatched := New(client, WithoutBatching())
+			for range 4 {
+				wg.Go(func() {
+					for i := range 50 {
+						_, err := unbatched.Take(context.Background(), prefix+"u"+strconv.Itoa(i%3), rule, 1)
+						assert.NoError(t, err)
+					}
+				})
+			}
+			wg.Wait()
+			assert.Equal(t, unbatched.pipes.stats.calls.Load(), unbatched.pipes.stats.scripts.Load())
 		})
 	}
 }

@@ -23,6 +23,7 @@ import (
 type batcher struct {
 	client      redis.UniversalClient // the node's, or the one client of a single node
 	bySlot      bool                  // a node of a Cluster or Ring: batch scripts hold one slot's calls
+	batches     bool                  // calls of one algorithm and slot go as one batch script call
 	maxInFlight int
 	stats       *pipelineStats
 
@@ -39,7 +40,7 @@ type pipelineStats struct {
 }
 
 func newBatcher(client redis.UniversalClient, stats *pipelineStats, bySlot bool) *batcher {
-	return &batcher{client: client, bySlot: bySlot, maxInFlight: max(4, 2*runtime.GOMAXPROCS(0)), stats: stats}
+	return &batcher{client: client, bySlot: bySlot, batches: true, maxInFlight: max(4, 2*runtime.GOMAXPROCS(0)), stats: stats}
 }
 
 // pipelines sends each call through the batcher of the Redis node that
@@ -51,14 +52,15 @@ type pipelines struct {
 	client redis.UniversalClient
 	// node returns the client of the node that holds key; nil when there
 	// is only one.
-	node  func(ctx context.Context, key string) (*redis.Client, error)
-	one   *batcher
-	nodes sync.Map // node address → *batcher, of the node's current client
-	stats pipelineStats
+	node    func(ctx context.Context, key string) (*redis.Client, error)
+	one     *batcher
+	nodes   sync.Map // node address → *batcher, of the node's current client
+	stats   pipelineStats
+	batches bool // see WithoutBatching
 }
 
-func newPipelines(client redis.UniversalClient) *pipelines {
-	p := &pipelines{client: client}
+func newPipelines(client redis.UniversalClient, batches bool) *pipelines {
+	p := &pipelines{client: client, batches: batches}
 	switch c := client.(type) {
 	case *redis.ClusterClient:
 		p.node = c.MasterForKey
@@ -66,6 +68,7 @@ func newPipelines(client redis.UniversalClient) *pipelines {
 		p.node = func(_ context.Context, key string) (*redis.Client, error) { return c.GetShardClientForKey(key) }
 	default:
 		p.one = newBatcher(client, &p.stats, false)
+		p.one.batches = batches
 	}
 	return p
 }
@@ -99,6 +102,7 @@ func (p *pipelines) batcherFor(node *redis.Client) *batcher {
 		return b.(*batcher)
 	}
 	b := newBatcher(node, &p.stats, true)
+	b.batches = p.batches
 	p.nodes.Store(addr, b)
 	return b
 }
@@ -306,7 +310,7 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 	if len(live) == 0 {
 		return
 	}
-	groups := groupCalls(live, b.bySlot)
+	groups := groupCalls(live, b.bySlot, b.batches)
 	for _, g := range groups {
 		g.queue(ctx, pipe, "evalsha")
 	}
@@ -345,7 +349,7 @@ func (b *batcher) exec(ctx context.Context, batch []*batchedCall) {
 	if len(live) == 0 {
 		return
 	}
-	groups = groupCalls(live, b.bySlot)
+	groups = groupCalls(live, b.bySlot, b.batches)
 	for _, g := range groups {
 		g.queue(ctx, pipe, "eval")
 	}

@@ -63,6 +63,7 @@ type Store struct {
 	pipes    *pipelines // nil with WithoutPipelining
 
 	unpipelined bool
+	unbatched   bool
 }
 
 // Option configures a Store.
@@ -116,6 +117,15 @@ func WithoutPipelining() Option {
 	return func(s *Store) { s.unpipelined = true }
 }
 
+// WithoutBatching keeps pipelining (see WithoutPipelining) but sends each
+// call of a pipeline as a script call of its own, instead of one batch
+// script call per algorithm and hash slot deciding many (see the batch
+// scripts): Redis then spends a script dispatch and a TIME on every call,
+// and a hook sees one EVALSHA per decision. For comparison and debugging.
+func WithoutBatching() Option {
+	return func(s *Store) { s.unbatched = true }
+}
+
 // New returns a Store over client, which may be a plain, cluster, ring or
 // failover client.
 //
@@ -138,7 +148,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		o(s)
 	}
 	if !s.unpipelined {
-		s.pipes = newPipelines(s.calls)
+		s.pipes = newPipelines(s.calls, !s.unbatched)
 	}
 	return s
 }
