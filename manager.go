@@ -22,28 +22,12 @@ import (
 // cfg is invalid.
 func newEngine(cfg *Config, alg quota.Algorithm) (*quota.Limiter, *rlheaders.Writer) {
 	s := adapter.Settings{
-		Algorithm:          alg,
-		Max:                cfg.Max,
-		Expiration:         cfg.Expiration,
-		Burst:              cfg.Burst,
-		MaxFunc:            cfg.MaxFunc != nil,
-		IPv6Prefix:         cfg.IPv6Prefix,
-		Name:               cfg.Name,
-		KeyPrefix:          cfg.KeyPrefix,
-		MaxKeys:            cfg.MaxKeys,
-		FailurePolicy:      cfg.FailurePolicy,
-		StorageTimeout:     cfg.StorageTimeout,
-		BreakerFailures:    cfg.BreakerFailures,
-		BreakerCooldown:    cfg.BreakerCooldown,
-		OnStorageError:     cfg.OnStorageError,
-		DenyCacheKeys:      cfg.DenyCacheKeys,
-		DisableDenyCache:   cfg.DisableDenyCache,
-		Headers:            cfg.Headers,
-		DisableHeaders:     cfg.DisableHeaders,
-		PolicyName:         cfg.PolicyName,
-		HeaderPartitionKey: cfg.HeaderPartitionKey,
-		Clock:              cfg.clock,
+		Algorithm: alg,
+		MaxFunc:   cfg.MaxFunc != nil,
+		Clock:     cfg.clock,
 	}
+	s.CopyFrom(cfg)
+
 	if cfg.Storage != nil {
 		s.Storage = cfg.Storage
 	}

@@ -42,28 +42,12 @@ func New(cfg Config) func(http.Handler) http.Handler {
 		panic("limiter: Redis and Storage are both set; set one")
 	}
 	s := adapter.Settings{
-		Algorithm:          cfg.Algorithm,
-		Max:                cfg.Max,
-		Expiration:         cfg.Expiration,
-		Burst:              cfg.Burst,
-		MaxFunc:            cfg.MaxFunc != nil,
-		IPv6Prefix:         cfg.IPv6Prefix,
-		Name:               cfg.Name,
-		KeyPrefix:          cfg.KeyPrefix,
-		MaxKeys:            cfg.MaxKeys,
-		FailurePolicy:      cfg.FailurePolicy,
-		StorageTimeout:     cfg.StorageTimeout,
-		BreakerFailures:    cfg.BreakerFailures,
-		BreakerCooldown:    cfg.BreakerCooldown,
-		OnStorageError:     cfg.OnStorageError,
-		DenyCacheKeys:      cfg.DenyCacheKeys,
-		DisableDenyCache:   cfg.DisableDenyCache,
-		Headers:            cfg.Headers,
-		DisableHeaders:     cfg.DisableHeaders,
-		PolicyName:         cfg.PolicyName,
-		HeaderPartitionKey: cfg.HeaderPartitionKey,
-		Clock:              cfg.clock,
+		Algorithm: cfg.Algorithm,
+		MaxFunc:   cfg.MaxFunc != nil,
+		Clock:     cfg.clock,
 	}
+	s.CopyFrom(&cfg)
+
 	switch {
 	case cfg.Redis != nil:
 		s.Storage = cfg.Redis

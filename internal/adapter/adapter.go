@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"time"
 
 	"github.com/fiberlimit/limiter/internal/clientaddr"
@@ -59,6 +60,29 @@ type Settings struct {
 	HeaderPartitionKey bool
 
 	Clock func() int64 // tests: the clock in ms
+}
+
+// shared are the fields of Settings that every adapter's Config has by the
+// same name and type; CopyFrom copies them.
+var shared = []string{
+	"Max", "Expiration", "Burst", "IPv6Prefix", "Name", "KeyPrefix", "MaxKeys",
+	"FailurePolicy", "StorageTimeout", "BreakerFailures", "BreakerCooldown", "OnStorageError",
+	"DenyCacheKeys", "DisableDenyCache", "Headers", "DisableHeaders", "PolicyName", "HeaderPartitionKey",
+}
+
+// CopyFrom sets the shared fields of s from cfg, a pointer to an
+// adapter's Config, which has each of them by the same name and type: one
+// mapping for every adapter, made once at New. It panics if cfg lacks one.
+func (s *Settings) CopyFrom(cfg any) {
+	from := reflect.ValueOf(cfg).Elem()
+	to := reflect.ValueOf(s).Elem()
+	for _, name := range shared {
+		f := from.FieldByName(name)
+		if !f.IsValid() {
+			panic(fmt.Sprintf("limiter: %T has no field %s", cfg, name))
+		}
+		to.FieldByName(name).Set(f)
+	}
 }
 
 // redisConn is what a Storage offers when it sits on go-redis v9: the
