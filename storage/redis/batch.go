@@ -21,10 +21,12 @@ import (
 // The batch script is the single script as a function of its key and
 // argument, called for each KEYS[i] and ARGV[i]; its answer is the array of
 // the single script's answers, in which a call's own error (a key of
-// another type) is an error reply of that call alone. An error the
-// server raises while running it (out of memory, say) fails every call of
-// the batch, as it would have failed each; the calls before it may have
-// been counted, which only ever admits less.
+// another type) is an error reply of that call alone. The writes wait for
+// the end of the batch; a write that Redis refuses (out of memory, under
+// noeviction) fails the calls of that key from the first that wrote it,
+// which were decided on a value never stored, and only those: a denial
+// that wrote nothing stands, as it would alone. A batch holds at most
+// maxBatch calls, so that none keeps Redis busy for long.
 //
 // Keys in Redis Cluster must share a slot to go in one script call (else
 // CROSSSLOT), and a Ring shards by key: on those, a batch holds one slot's
@@ -71,6 +73,11 @@ end
 -- values: a key's value as the batch has it (false: none); pending: the
 -- PX of a write not made yet (-1: a DEL), in order.
 local batch_values, batch_pending, batch_order = {}, {}, {}
+-- batch_i is the call being decided; batch_first[k] the first call that
+-- wrote k, and batch_failed[k] the error of k's write, if Redis refused it
+-- (out of memory): every call on k from batch_first[k] on was decided on a
+-- value that was never stored, and gets that error.
+local batch_i, batch_first, batch_failed = 0, {}, {}
 local function batch_get(k)
   local v = batch_values[k]
   if v ~= nil then
@@ -86,6 +93,9 @@ local function batch_write(k, v, px)
   if batch_pending[k] == nil then
     batch_order[#batch_order + 1] = k
   end
+  if batch_first[k] == nil then
+    batch_first[k] = batch_i
+  end
   batch_values[k], batch_pending[k] = v, px
 end
 local function batch_flush(k)
@@ -94,10 +104,14 @@ local function batch_flush(k)
     return
   end
   batch_pending[k] = nil
+  local done
   if px < 0 then
-    redis.call('DEL', k)
+    done = redis.pcall('DEL', k)
   else
-    redis.call('SET', k, batch_values[k], 'PX', px)
+    done = redis.pcall('SET', k, batch_values[k], 'PX', px)
+  end
+  if type(done) == 'table' and done.err then
+    batch_failed[k] = batch_failed[k] or done
   end
 end
 local function batch_pttl(k)
@@ -109,10 +123,24 @@ local function batch_one(batch_key, batch_arg)
 end
 local answers = {}
 for i = 1, #KEYS do
+  batch_i = i
   answers[i] = batch_one(KEYS[i], ARGV[i])
 end
 for _, k in ipairs(batch_order) do
   batch_flush(k)
+end
+-- A call's error goes back as a string that no answer begins with (an
+-- answer's first byte is at most 31), not as an error reply inside the
+-- array: go-redis stops reading an array at an element it reads as one of
+-- its typed errors (OOM, LOADING, ...).
+for i = 1, #KEYS do
+  local failed = batch_failed[KEYS[i]]
+  if failed and i >= batch_first[KEYS[i]] then
+    answers[i] = failed
+  end
+  if type(answers[i]) == 'table' then
+    answers[i] = '\255' .. (answers[i].err or 'ERR limiter: no answer')
+  end
 end
 return answers
 `
@@ -134,8 +162,14 @@ type batchGroup struct {
 	cmd   *redis.SliceCmd
 }
 
+// maxBatch is the most calls one batch script call decides: about 1 ms of
+// Redis's time.
+const maxBatch = 128
+
 // groupCalls groups calls by algorithm and, when bySlot, by hash slot, in
-// the order they came; without batches, each call is a group of its own.
+// the order they came, at most maxBatch to a group; without batches, each
+// call is a group of its own. Calls of one key stay in order: a later
+// group of the same algorithm and slot runs after an earlier one.
 func groupCalls(calls []*batchedCall, bySlot, batches bool) []*batchGroup {
 	var groups []*batchGroup
 	for _, c := range calls {
@@ -148,9 +182,11 @@ func groupCalls(calls []*batchedCall, bySlot, batches bool) []*batchGroup {
 			slot = hashSlot(c.key)
 		}
 		var g *batchGroup
-		for _, o := range groups {
-			if o.alg == c.alg && o.slot == slot {
-				g = o
+		for i := len(groups) - 1; i >= 0; i-- {
+			if o := groups[i]; o.alg == c.alg && o.slot == slot {
+				if len(o.calls) < maxBatch {
+					g = o
+				}
 				break
 			}
 		}
@@ -210,7 +246,11 @@ func (g *batchGroup) answer(ctx context.Context) {
 		default:
 			switch a := answers[i].(type) {
 			case string:
-				c.cmd.SetVal(a)
+				if msg, failed := strings.CutPrefix(a, batchErrorMark); failed {
+					c.cmd.SetErr(batchReplyError(msg))
+				} else {
+					c.cmd.SetVal(a)
+				}
 			case error:
 				c.cmd.SetErr(a)
 			default:
@@ -219,6 +259,19 @@ func (g *batchGroup) answer(ctx context.Context) {
 		}
 	}
 }
+
+// batchErrorMark begins a batch answer that is a call's error reply.
+const batchErrorMark = "\xff"
+
+// batchReplyError is a call's error reply from a batch: the server's reply
+// to that call, as a go-redis error reply is (redis.Error), so that it is
+// told apart from the network's errors in the same way.
+type batchReplyError string
+
+func (e batchReplyError) Error() string { return string(e) }
+
+// RedisError marks e as a reply of the server.
+func (batchReplyError) RedisError() {}
 
 // errShortBatch is the error of a call that a batch's answer has no
 // string for: never, from the batch scripts.

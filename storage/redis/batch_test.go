@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -209,6 +210,81 @@ func TestBatchScriptsReplaceEveryCall(t *testing.T) {
 			assert.Contains(t, src, piece, "algorithm %d", alg+1)
 		}
 		body := batchSources[alg+1][strings.Index(batchSources[alg+1], "local function batch_one"):]
-		assert.NotContains(t, body[:strings.Index(body, "\nend\nlocal answers")], "redis.call('GET'", "a read past the batch's values")
+		body = body[:strings.Index(body, "\nend\nlocal answers")]
+		for _, call := range regexp.MustCompile(`redis\.p?call\('(\w+)'`).FindAllStringSubmatch(body, -1) {
+			assert.Equal(t, "PEXPIRE", call[1], "a call past the batch's reads and writes (algorithm %d)", alg+1)
+		}
+		assert.NotContains(t, body, "KEYS[")
+		assert.NotContains(t, body, "ARGV[")
+	}
+}
+
+// Out of memory (maxmemory reached, noeviction), a batch decides what it
+// would one by one: a denial that writes nothing stands; a call that must
+// write fails, and so do the later calls of its key, decided on a value
+// never stored; another key's calls are not touched.
+func TestBatchOutOfMemory(t *testing.T) {
+	server := redistest.Start(t)
+	admin := server.Client(t)
+	ctx := context.Background()
+	client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 2})
+	t.Cleanup(func() { _ = client.Close() })
+	store := New(client)
+	full := Rule{Algorithm: FixedWindow, Limit: 1, Window: time.Hour}
+	_, err := store.Take(ctx, "oom:spent", full, 1)
+	require.NoError(t, err)
+	b := newBatcher(client, &pipelineStats{}, false)
+	warm := []*batchedCall{ // loads the batch script, as any batch before the memory ran out has
+		{ctx: ctx, alg: FixedWindow, key: "oom:warm", arg: testTakeArg()},
+		{ctx: ctx, alg: FixedWindow, key: "oom:warm", arg: testTakeArg()},
+	}
+	b.exec(ctx, warm)
+	require.NoError(t, warm[1].cmd.Err())
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "1").Err())
+	t.Cleanup(func() { _ = admin.ConfigSet(ctx, "maxmemory", "0").Err() })
+
+	var buf [argHeadSize + MaxRules*argRuleSize]byte
+	spent, err := store.pack(&buf, []Rule{full}, 1, 0, nil)
+	require.NoError(t, err)
+	spentArg := string(spent)
+	calls := []*batchedCall{
+		{ctx: ctx, alg: FixedWindow, key: "oom:spent", arg: spentArg},
+		{ctx: ctx, alg: FixedWindow, key: "oom:fresh", arg: testTakeArg()},
+		{ctx: ctx, alg: FixedWindow, key: "oom:fresh", arg: testTakeArg()},
+		{ctx: ctx, alg: FixedWindow, key: "oom:spent", arg: spentArg},
+	}
+	b.exec(ctx, calls)
+	for _, i := range []int{0, 3} {
+		res, err := calls[i].cmd.Result()
+		require.NoError(t, err, "call %d: a denial writes nothing", i)
+		ok, err := decodeResults(res, []Rule{full}, make([]Result, 1))
+		require.NoError(t, err)
+		assert.False(t, ok)
+	}
+	for _, i := range []int{1, 2} {
+		assert.True(t, goredis.HasErrorPrefix(calls[i].cmd.Err(), "OOM"), "call %d: %v", i, calls[i].cmd.Err())
+		var reply goredis.Error
+		assert.ErrorAs(t, calls[i].cmd.Err(), &reply, "an error reply, as the breaker tells them")
+	}
+}
+
+// A pipeline's calls of one algorithm go in batches of at most maxBatch,
+// in order.
+func TestBatchesAreBounded(t *testing.T) {
+	ctx := context.Background()
+	var calls []*batchedCall
+	for i := range 3*maxBatch + 5 {
+		calls = append(calls, &batchedCall{ctx: ctx, alg: FixedWindow, key: "k" + strconv.Itoa(i%7)})
+	}
+	groups := groupCalls(calls, false, true)
+	require.Len(t, groups, 4)
+	next := 0
+	for _, g := range groups {
+		assert.LessOrEqual(t, len(g.calls), maxBatch)
+		for _, c := range g.calls {
+			assert.Same(t, calls[next], c)
+			next++
+		}
 	}
 }

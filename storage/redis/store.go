@@ -121,7 +121,11 @@ func WithoutPipelining() Option {
 // call of a pipeline as a script call of its own, instead of one batch
 // script call per algorithm and hash slot deciding many (see the batch
 // scripts): Redis then spends a script dispatch and a TIME on every call,
-// and a hook sees one EVALSHA per decision. For comparison and debugging.
+// and a hook sees one EVALSHA per decision. Use it behind a proxy that
+// routes a script call by its first key to one of several Redis servers
+// (twemproxy, Envoy's Redis proxy) through a plain Client: a batch's other
+// keys may belong to another server. A ClusterClient or Ring needs no such
+// care: their batches hold one hash slot, or one shard.
 func WithoutBatching() Option {
 	return func(s *Store) { s.unbatched = true }
 }
