@@ -1,8 +1,11 @@
-// Package redis is an atomic rate limiter on Redis: one script call per
-// decision, with the state of a limited key in one Redis key, so that any
-// number of processes sharing a Redis (or a Redis Cluster) admit exactly the
-// limit together. It is the Redis backend of github.com/fiberlimit/limiter
-// and usable on its own over any redis.UniversalClient of go-redis v9.
+// Package redis is an atomic rate limiter on Redis: each decision is made
+// by a script, with the state of a limited key in one Redis key, so that
+// any number of processes sharing a Redis (or a Redis Cluster) admit
+// exactly the limit together. Decisions made at the same time share
+// pipelines, and the decisions a pipeline carries to one node are made by
+// one call of a batch script (see WithoutPipelining and WithoutBatching).
+// It is the Redis backend of github.com/fiberlimit/limiter and usable on
+// its own over any redis.UniversalClient of go-redis v9.
 //
 // Each algorithm is a Lua script (fixed_window.lua, sliding_window.lua,
 // token_bucket.lua, each between head.lua and tail.lua) run with EVALSHA, falling back to
