@@ -3,8 +3,6 @@ package limiter
 import (
 	"errors"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/fiberlimit/limiter/internal/behaviour"
@@ -70,17 +68,7 @@ func (fiberV3) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) 
 		return c.SendString("ok")
 	})
 	return func(r behaviour.Request) behaviour.Response {
-		path := r.Path
-		if path == "" {
-			path = behaviour.OK
-		}
-		req := httptest.NewRequest(http.MethodGet, path, nil)
-		if r.Key != "" {
-			req.Header.Set("X-Key", r.Key)
-		}
-		if r.Plan != "" {
-			req.Header.Set("X-Plan", r.Plan)
-		}
+		req := r.HTTP()
 		resp, err := app.Test(req, fiber.TestConfig{Timeout: 0, FailOnTimeout: false})
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)

@@ -67,17 +67,7 @@ func (stdlib) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) f
 		}
 	}))
 	return func(r behaviour.Request) behaviour.Response {
-		path := r.Path
-		if path == "" {
-			path = behaviour.OK
-		}
-		req := httptest.NewRequest(http.MethodGet, path, nil)
-		if r.Key != "" {
-			req.Header.Set("X-Key", r.Key)
-		}
-		if r.Plan != "" {
-			req.Header.Set("X-Plan", r.Plan)
-		}
+		req := r.HTTP()
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		return behaviour.Response{Status: rec.Code, Header: rec.Result().Header}

@@ -9,6 +9,7 @@ package behaviour
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,6 +56,23 @@ type Request struct {
 	Path string // "/ok" unless set
 	Key  string // the X-Key header, when set
 	Plan string // the X-Plan header, when set
+}
+
+// HTTP is r as a GET request, with its headers, for a server or a
+// framework's test call.
+func (r Request) HTTP() *http.Request {
+	path := r.Path
+	if path == "" {
+		path = OK
+	}
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	if r.Key != "" {
+		req.Header.Set("X-Key", r.Key)
+	}
+	if r.Plan != "" {
+		req.Header.Set("X-Plan", r.Plan)
+	}
+	return req
 }
 
 // Response is what a request got.
