@@ -103,13 +103,3 @@ func TestKeyIsCopiedBeforeKept(t *testing.T) {
 		require.Equal(t, 200, get(t, app, "/", "aaaa").StatusCode, "the refund must reach aaaa")
 	}
 }
-
-// ceilSeconds rounds a non-negative duration up to whole seconds, as the
-// headers do.
-func ceilSeconds(d time.Duration) int64 {
-	n := int64(d / time.Second)
-	if d%time.Second != 0 {
-		n++
-	}
-	return n
-}

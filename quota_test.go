@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"github.com/fiberlimit/limiter/internal/timestep"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -63,7 +64,7 @@ func TestLargeQuotas(t *testing.T) {
 					require.Equal(t, 429, resp.StatusCode)
 					retry, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64)
 					require.NoError(t, err)
-					window := ceilSeconds(q.exp)
+					window := timestep.Seconds(q.exp)
 					assert.Positive(t, retry)
 					assert.LessOrEqual(t, retry, 2*window+1, "within the window (two for the sliding estimate)")
 					_, policy := sfItem(t, resp.Header.Get("RateLimit-Policy"))
@@ -88,7 +89,7 @@ func TestLongestDurations(t *testing.T) {
 	}, nil, nil)
 	resp := get(t, app, "/", "")
 	require.Equal(t, 503, resp.StatusCode)
-	assert.Equal(t, strconv.FormatInt(ceilSeconds(time.Duration(math.MaxInt64)), 10), resp.Header.Get("Retry-After"))
+	assert.Equal(t, strconv.FormatInt(timestep.Seconds(time.Duration(math.MaxInt64)), 10), resp.Header.Get("Retry-After"))
 }
 
 // An Expiration of the longest Duration decides on Redis exactly as in

@@ -57,7 +57,7 @@ type rule struct {
 // newRule is the rule of limit per window (with burst) for quotas up to
 // most: the step is the finest that keeps most × window exact.
 func newRule(limit, burst int64, window time.Duration, most int64) rule {
-	ms := windowMillis(window)
+	ms := timestep.Millis(window)
 	step := timestep.For(most, ms)
 	return rule{limit: limit, burst: burst, window: timestep.Steps(ms, step), step: step}
 }
@@ -204,15 +204,6 @@ func millis(n int64) time.Duration {
 		return Never - 1
 	}
 	return time.Duration(n) * time.Millisecond
-}
-
-// windowMillis is a window's length in whole milliseconds, rounded up.
-func windowMillis(d time.Duration) int64 {
-	n := int64(d / time.Millisecond)
-	if d%time.Millisecond != 0 {
-		n++
-	}
-	return n
 }
 
 // ceilDiv is ceil(a/b) for a >= 0, b > 0.

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"github.com/fiberlimit/limiter/internal/timestep"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -244,7 +245,7 @@ func FuzzQuota(f *testing.F) {
 			r := ls.r[0]
 			quota := capacity(alg, r)
 			var sts [maxLimits]state
-			now := int64(at) * (windowMillis(exp)/65536 + 1)
+			now := int64(at) * (timestep.Millis(exp)/65536 + 1)
 			v := alg.decide(&sts, now, &ls, int64(cost))
 			d := v.each[0]
 			require.Equal(t, int64(cost) <= quota, d.Allowed, "cost %d, quota %d", cost, quota)
@@ -252,7 +253,7 @@ func FuzzQuota(f *testing.F) {
 			if d.Allowed {
 				require.Equal(t, quota-int64(cost), int64(d.Remaining))
 			}
-			for _, later := range []int64{now + 1, now + windowMillis(exp)/2, now + windowMillis(exp), now + 2*windowMillis(exp)} {
+			for _, later := range []int64{now + 1, now + timestep.Millis(exp)/2, now + timestep.Millis(exp), now + 2*timestep.Millis(exp)} {
 				v = alg.decide(&sts, later, &ls, 1)
 				for _, d := range v.each[:1] {
 					require.GreaterOrEqual(t, d.Remaining, 0)

@@ -50,7 +50,7 @@ func keyPrefix(cfg *Config, alg Algorithm, ls *limits) string {
 			b = append(b, '~')
 			continue
 		}
-		b = timestep.AppendWindow(b, windowMillis(cfg.Limits[i].Expiration))
+		b = timestep.AppendWindow(b, timestep.Millis(cfg.Limits[i].Expiration))
 		if r.step > 1 {
 			// A state is kept in steps: another step is another state.
 			b = append(strconv.AppendInt(append(b, '@'), r.step, 10), "ms"...)

@@ -221,7 +221,7 @@ func newLimiter(cfg Config) (*Limiter, error) {
 		fixedBurst:     len(cfg.Limits) == 1 && cfg.Limits[0].Burst > 0,
 		varyMax:        cfg.VaryMax,
 		varyExpiration: cfg.VaryExpiration,
-		baseWindow:     windowMillis(cfg.Limits[0].Expiration),
+		baseWindow:     timestep.Millis(cfg.Limits[0].Expiration),
 	}
 	n := l.base.n
 	for i := range n {
@@ -347,7 +347,7 @@ func checkLimits(ls []Limit, alg Algorithm) error {
 			return fmt.Errorf("limiter: %sBurst is %d but only TokenBucket uses it; remove it or use TokenBucket", field, l.Burst)
 		}
 		for j, o := range ls[:i] {
-			if windowMillis(o.Expiration) == windowMillis(l.Expiration) {
+			if timestep.Millis(o.Expiration) == timestep.Millis(l.Expiration) {
 				return fmt.Errorf("limiter: Limits[%d] and Limits[%d] have the same Expiration (%v); give each limit its own window", j, i, l.Expiration)
 			}
 		}
@@ -433,7 +433,7 @@ func (l *Limiter) varied(first Limit) (limits, error) {
 		return ls, fmt.Errorf("limiter: TakeWith's limit %+v has a negative field", first)
 	case first.Max != 0 && !l.varyMax && int64(first.Max) != r.limit:
 		return ls, errors.New("limiter: TakeWith sets Max, which needs Config.VaryMax")
-	case first.Expiration != 0 && !l.varyExpiration && windowMillis(first.Expiration) != l.baseWindow:
+	case first.Expiration != 0 && !l.varyExpiration && timestep.Millis(first.Expiration) != l.baseWindow:
 		return ls, errors.New("limiter: TakeWith sets Expiration, which needs Config.VaryExpiration")
 	case first.Burst != 0 && l.alg != TokenBucket:
 		return ls, errors.New("limiter: TakeWith sets Burst, which only TokenBucket uses")
@@ -452,7 +452,7 @@ func (l *Limiter) varied(first Limit) (limits, error) {
 	if first.Burst != 0 {
 		burst = min(int64(first.Burst), maxLimit)
 	}
-	if first.Expiration != 0 && windowMillis(first.Expiration) != l.baseWindow {
+	if first.Expiration != 0 && timestep.Millis(first.Expiration) != l.baseWindow {
 		most := max(limit, burst)
 		if l.varyMax {
 			most = maxLimit

@@ -1,6 +1,10 @@
 package quota
 
-import "time"
+import (
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/timestep"
+)
 
 // A limiter decides each request under one or more limits (Config.Limits),
 // each a rule of its own over the same key: say 10 per second and 1000 per
@@ -84,7 +88,7 @@ func (v *Result) spentFor() int64 {
 	var spent int64
 	for i := range v.n {
 		if d := &v.each[i]; d.Remaining == 0 {
-			spent = max(spent, ceilSeconds(d.ResetAfter))
+			spent = max(spent, timestep.Seconds(d.ResetAfter))
 		}
 	}
 	return spent
@@ -217,13 +221,4 @@ func policyWindow(alg Algorithm, r rule) time.Duration {
 		steps = ceilDiv(r.burst*r.window, r.limit) // burst*window is within 2^51
 	}
 	return r.span(steps)
-}
-
-// ceilSeconds rounds a non-negative duration up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
-	n := int64(d / time.Second)
-	if d%time.Second != 0 {
-		n++
-	}
-	return n
 }

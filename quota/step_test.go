@@ -2,6 +2,7 @@ package quota
 
 import (
 	"fmt"
+	"github.com/fiberlimit/limiter/internal/timestep"
 	"testing"
 	"time"
 
@@ -250,12 +251,12 @@ func TestSteadyClientAboveLimitRecovers(t *testing.T) {
 
 // Windows of centuries neither overflow nor go negative.
 func TestHugeWindowsSaturate(t *testing.T) {
-	r := rule{limit: 1, burst: 1, window: windowMillis(time.Duration(1<<63 - 1))}
+	r := rule{limit: 1, burst: 1, window: timestep.Millis(time.Duration(1<<63 - 1))}
 	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
 		_, d := alg.take(state{}, 1, r, 1)
 		require.True(t, d.Allowed, alg.name())
 		require.Equal(t, Never-1, d.ResetAfter, alg.name())
-		require.Equal(t, int64(9223372037), ceilSeconds(d.ResetAfter), alg.name())
+		require.Equal(t, int64(9223372037), timestep.Seconds(d.ResetAfter), alg.name())
 	}
 }
 

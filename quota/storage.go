@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/fiberlimit/limiter/internal/timestep"
 	"hash/maphash"
 	"math"
 	"time"
@@ -101,7 +102,7 @@ func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, ste
 	// Stores differ in TTL resolution (Fiber's memory storage counts whole
 	// seconds, rounding down). The state carries its own times, so keeping it
 	// up to a second longer than needed changes nothing; losing it early would.
-	ttl := time.Duration(min(ceilSeconds(millis(exp-now))+1, math.MaxInt64/int64(time.Second))) * time.Second
+	ttl := time.Duration(min(timestep.Seconds(millis(exp-now))+1, math.MaxInt64/int64(time.Second))) * time.Second
 	if err := b.store.Set(skey, encodeStates(&sts, ls.n, exp), ttl); err != nil {
 		return fmt.Errorf("limiter: storage set: %w", err)
 	}

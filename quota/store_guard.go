@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fiberlimit/limiter/internal/timestep"
 	"io"
 	"log"
 	"math"
@@ -69,11 +70,11 @@ func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg *Config, alg Algo
 		store:      store,
 		ctxTimeout: ctxTimeout,
 		timeout:    cfg.StorageTimeout,
-		breaker:    newBreaker(cfg.BreakerFailures, windowMillis(cfg.BreakerCooldown)),
+		breaker:    newBreaker(cfg.BreakerFailures, timestep.Millis(cfg.BreakerCooldown)),
 		policy:     cfg.FailurePolicy,
 		alg:        alg,
 		// saturates for the longest cool-downs
-		retryClosed: millis(max(1, ceilSeconds(cfg.BreakerCooldown)) * 1000),
+		retryClosed: millis(max(1, timestep.Seconds(cfg.BreakerCooldown)) * 1000),
 		reporter:    newErrorReporter(cfg.OnStorageError),
 		clock:       cfg.clock,
 		origin:      time.Now(),

@@ -226,7 +226,7 @@ func New(cfg Config) (*Writer, error) {
 	for i := range n {
 		name := base
 		if len(cfg.Limits) > 1 {
-			name = string(timestep.AppendWindow([]byte(base+"-"), windowMillis(cfg.Limits[i].Expiration)))
+			name = string(timestep.AppendWindow([]byte(base+"-"), timestep.Millis(cfg.Limits[i].Expiration)))
 		}
 		if len(cfg.Limits) > 0 && cfg.Limits[i].PolicyName != "" {
 			name = cfg.Limits[i].PolicyName
@@ -269,7 +269,7 @@ func (w *Writer) Write(out *Out, h Fields, res *quota.Result, key string, dryRun
 		if w.ietf {
 			self = w.names
 		}
-		wait = max(1, ceilSeconds(retryAfter), ExhaustedInFront(h, self))
+		wait = max(1, timestep.Seconds(retryAfter), ExhaustedInFront(h, self))
 	}
 	if w.xRateLimit {
 		w.writeX(out, res)
@@ -318,7 +318,7 @@ func spentFor(res *quota.Result) int64 {
 	var spent int64
 	for _, d := range res.Decisions() {
 		if d.Remaining == 0 {
-			spent = max(spent, ceilSeconds(d.ResetAfter))
+			spent = max(spent, timestep.Seconds(d.ResetAfter))
 		}
 	}
 	return spent
@@ -329,7 +329,7 @@ func (w *Writer) writeX(out *Out, res *quota.Result) {
 	d := res.Tightest()
 	out.setInt(NameLimit, int64(d.Limit))
 	out.setInt(NameRemaining, int64(d.Remaining))
-	out.setInt(NameReset, ceilSeconds(d.ResetAfter))
+	out.setInt(NameReset, timestep.Seconds(d.ResetAfter))
 }
 
 // writeIETF sets RateLimit-Policy and RateLimit for res, scratch being
@@ -345,7 +345,7 @@ func (w *Writer) writeIETF(out *Out, h Fields, res *quota.Result, key string, sc
 		p = append(p, ";q="...)
 		p = strconv.AppendInt(p, int64(d.Limit), 10)
 		p = append(p, ";w="...)
-		p = strconv.AppendInt(p, max(1, ceilSeconds(d.Window)), 10)
+		p = strconv.AppendInt(p, max(1, timestep.Seconds(d.Window)), 10)
 		if w.withKey {
 			p = appendPartitionKey(p, key)
 		}
@@ -361,9 +361,9 @@ func (w *Writer) writeIETF(out *Out, h Fields, res *quota.Result, key string, sc
 		// may say later, for a limit or a limiter in front), so that
 		// Retry-After is never earlier than t; otherwise when the quota is
 		// fully back.
-		t := ceilSeconds(d.ResetAfter)
+		t := timestep.Seconds(d.ResetAfter)
 		if d.RetryAfter > 0 && d.RetryAfter != quota.Never {
-			t = max(1, ceilSeconds(d.RetryAfter))
+			t = max(1, timestep.Seconds(d.RetryAfter))
 		}
 		p = append(p, w.names[i]...)
 		p = append(p, ";r="...)
@@ -444,23 +444,5 @@ func appendSFString(dst []byte, s string) []byte {
 // RetryAfterValue is a Retry-After value for a wait: whole seconds,
 // rounded up, at least 1.
 func RetryAfterValue(dst []byte, wait time.Duration) []byte {
-	return strconv.AppendInt(dst, max(1, ceilSeconds(wait)), 10)
-}
-
-// ceilSeconds rounds a non-negative duration up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
-	n := int64(d / time.Second)
-	if d%time.Second != 0 {
-		n++
-	}
-	return n
-}
-
-// windowMillis is a window's length in whole milliseconds, rounded up.
-func windowMillis(d time.Duration) int64 {
-	n := int64(d / time.Millisecond)
-	if d%time.Millisecond != 0 {
-		n++
-	}
-	return n
+	return strconv.AppendInt(dst, max(1, timestep.Seconds(wait)), 10)
 }

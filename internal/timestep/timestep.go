@@ -11,7 +11,10 @@
 // billion per 30 days, and a window is a whole number of steps, rounded up.
 package timestep
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // MaxProduct bounds limit × window, window in steps.
 const MaxProduct = 1 << 51
@@ -66,4 +69,24 @@ func AppendWindow(b []byte, ms int64) []byte {
 		}
 	}
 	return b
+}
+
+// Millis is d in whole milliseconds, rounded up (d >= 0): a window's
+// length as the limiter keeps it.
+func Millis(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
+}
+
+// Seconds is d in whole seconds, rounded up (d >= 0), as headers give
+// durations.
+func Seconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }

@@ -54,15 +54,11 @@ var (
 // before left, and the last value is written when every call has been
 // decided (or before a PTTL of the key, on the rare paths that ask it).
 func batchOf(single string) string {
-	body := strings.NewReplacer(
-		"KEYS[1]", "batch_key",
-		"ARGV[1]", "batch_arg",
-		"redis.call('TIME')", "batch_time()",
-		"redis.pcall('GET', key)", "batch_get(key)",
-		"redis.call('SET', key, value, 'PX', exp_all - request_now)", "batch_write(key, value, exp_all - request_now)",
-		"redis.call('DEL', key)", "batch_write(key, false, -1)",
-		"redis.call('PTTL', key)", "batch_pttl(key)",
-	).Replace(single)
+	var pairs []string
+	for _, r := range batchReplaced {
+		pairs = append(pairs, r[0], r[1])
+	}
+	body := strings.NewReplacer(pairs...).Replace(single)
 	return `local batch_clock
 local function batch_time()
   if not batch_clock then
@@ -147,10 +143,15 @@ return answers
 }
 
 // batchReplaced are the pieces of the single scripts that batchOf
-// replaces, each of which must be there.
-var batchReplaced = []string{
-	"KEYS[1]", "ARGV[1]", "redis.call('TIME')", "redis.pcall('GET', key)",
-	"redis.call('SET', key, value, 'PX', exp_all - request_now)", "redis.call('DEL', key)", "redis.call('PTTL', key)",
+// replaces, each of which must be there, and what replaces them.
+var batchReplaced = [][2]string{
+	{"KEYS[1]", "batch_key"},
+	{"ARGV[1]", "batch_arg"},
+	{"redis.call('TIME')", "batch_time()"},
+	{"redis.pcall('GET', key)", "batch_get(key)"},
+	{"redis.call('SET', key, value, 'PX', exp_all - request_now)", "batch_write(key, value, exp_all - request_now)"},
+	{"redis.call('DEL', key)", "batch_write(key, false, -1)"},
+	{"redis.call('PTTL', key)", "batch_pttl(key)"},
 }
 
 // batchGroup is the calls of one algorithm and slot in a pipeline, and

@@ -207,7 +207,7 @@ func TestBatchesMatchOneByOne(t *testing.T) {
 func TestBatchScriptsReplaceEveryCall(t *testing.T) {
 	for alg, src := range scriptSources[FixedWindow:] {
 		for _, piece := range batchReplaced {
-			assert.Contains(t, src, piece, "algorithm %d", alg+1)
+			assert.Contains(t, src, piece[0], "algorithm %d", alg+1)
 		}
 		body := batchSources[alg+1][strings.Index(batchSources[alg+1], "local function batch_one"):]
 		body = body[:strings.Index(body, "\nend\nlocal answers")]

@@ -285,25 +285,16 @@ func (r Rule) check(alg Algorithm) (window, step int64, err error) {
 	if quota > math.MaxUint32 {
 		return 0, 0, fmt.Errorf("limit %d is too large: it must be below 2^32", quota)
 	}
-	ms := ceilMillis(r.Window)
+	ms := timestep.Millis(r.Window)
 	step = timestep.For(quota, ms)
 	if r.Step > 0 {
-		step = ceilMillis(r.Step)
+		step = timestep.Millis(r.Step)
 	}
 	window = timestep.Steps(ms, step)
 	if step > math.MaxUint32 || quota > timestep.MaxProduct/window {
 		return 0, 0, fmt.Errorf("limit %d per %v in steps of %v is too fine: limit × window in steps must be at most 2^51, with a step below 2^32 ms; leave Step 0 to have it chosen", quota, r.Window, r.Step)
 	}
 	return window, step, nil
-}
-
-// ceilMillis is d in whole ms, rounded up, without overflow.
-func ceilMillis(d time.Duration) int64 {
-	ms := int64(d / time.Millisecond)
-	if d%time.Millisecond != 0 {
-		ms++
-	}
-	return ms
 }
 
 // runScript calls alg's script for key with arg in one round trip: EVALSHA,
