@@ -27,6 +27,8 @@ func (fiberV2) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) 
 		SkipFailedRequests:     bc.SkipFailedRequests,
 		SkipSuccessfulRequests: bc.SkipSuccessfulRequests,
 		DisableHeaders:         bc.DisableHeaders,
+		BlockFor:               bc.BlockFor,
+		MinInterval:            bc.MinInterval,
 	}
 	if bc.Algorithm != "" {
 		cfg.LimiterMiddleware = v2Algorithms[bc.Algorithm]

@@ -224,8 +224,9 @@ type Config struct {
 	PolicyName string
 
 	// HeaderPartitionKey adds the limited key to the IETF headers, as their
-	// pk parameter (base64). Off by default, because the key may be a
-	// client's IP address or token.
+	// pk parameter (base64; a key longer than 64 bytes as its SHA-256
+	// digest). Off by default, because the key may be a client's IP
+	// address or token.
 	//
 	// Default: false
 	HeaderPartitionKey bool
@@ -251,6 +252,23 @@ type Config struct {
 	//
 	// Optional. Default: nil
 	OnDecision func(c *fiber.Ctx, e DecisionEvent)
+
+	// MinInterval, when above 0, is the least time between two admitted
+	// requests of a client: "and no two requests closer than 200 ms". One
+	// that comes sooner gets 429 with Retry-After the rest of the wait, and
+	// counts nothing. On Redis every replica keeps it. At most a year.
+	//
+	// Optional. Default: 0 (none)
+	MinInterval time.Duration
+
+	// BlockFor, when above 0, holds off a client that the limiter rejected
+	// (for a request that could be admitted later) for this long after the
+	// rejection, whatever its counts: its requests get 429 with Retry-After
+	// the rest of the block. On Redis every replica holds it off. At most a
+	// year.
+	//
+	// Optional. Default: 0 (none)
+	BlockFor time.Duration
 
 	// MaxKeys caps how many keys the in-memory manager tracks, so a flood of
 	// distinct keys cannot exhaust memory (a key costs about 64 bytes plus

@@ -40,19 +40,6 @@ func fieldsOf(c *fiber.Ctx) rlheaders.Fields {
 	return (*responseFields)(&c.Response().Header)
 }
 
-// setFields sets the fields of out on c's response, by SetCanonical, which
-// does not normalize, under the names in the form fasthttp normalizes them
-// to, so that they are where c.GetRespHeader, c.Set and Header.Del look
-// for them; then it releases out.
-func setFields(c *fiber.Ctx, out *rlheaders.Out) {
-	h := &c.Response().Header
-	for i := range out.Len() {
-		name, value := out.Field(i)
-		h.SetCanonical(name, value)
-	}
-	rlheaders.ReleaseOut(out)
-}
-
 // rejectedBehind is the request's user value that says a limiter behind
 // this one (later in the chain) rejected the request: with 429, or with
 // FailClosed's 503. A limiter in front then leaves that limiter's

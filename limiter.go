@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/fasthttpfields"
 	rlheaders "github.com/fiberlimit/limiter/internal/headers"
 	"github.com/fiberlimit/limiter/quota"
 	"github.com/gofiber/fiber/v2"
@@ -163,7 +164,7 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	if !res.Allowed() && !h.dryRun {
 		out := rlheaders.AcquireOut()
 		h.headers.Write(out, fieldsOf(c), &res, key, false)
-		setFields(c, out)
+		fasthttpfields.Set(&c.Response().Header, out)
 		c.Context().SetUserValue(rejectedBehind{}, true)
 		return h.limitReached(c)
 	}
@@ -175,9 +176,14 @@ func (h *handler) serve(c *fiber.Ctx) error {
 			}
 		}
 	}
+	rejected := c.Context().UserValue(rejectedBehind{}) != nil
+	if limit, remaining, reset, ok := h.headers.Plain(&res); ok && !rejected {
+		fasthttpfields.SetPlain(&c.Response().Header, limit, remaining, reset)
+		return err
+	}
 	out := rlheaders.AcquireOut()
-	h.headers.WriteAdmitted(out, fieldsOf(c), &res, key, h.dryRun, c.Context().UserValue(rejectedBehind{}) != nil)
-	setFields(c, out)
+	h.headers.WriteAdmitted(out, fieldsOf(c), &res, key, h.dryRun, rejected)
+	fasthttpfields.Set(&c.Response().Header, out)
 	return err
 }
 

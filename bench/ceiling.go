@@ -23,7 +23,7 @@ var ceilingVariants = []string{rOursFixed, rOursFixedUnbatch, rOursFixedUnpiped,
 
 // ceilingResult holds figure 6: per round, redis-benchmark's requests/s
 // without and with -P 16, and each variant's decisions/s at the most
-// callers over many keys.
+// callers over many keys and on one hot key.
 type ceilingResult struct {
 	skipped   string // why the figure was not measured, or ""
 	requests  int
@@ -31,7 +31,8 @@ type ceilingResult struct {
 	keys      int
 	plain     []float64
 	pipelined []float64
-	rate      map[string][]float64
+	rate      map[string][]float64 // over many keys
+	hot       map[string][]float64 // on the variant's hot key
 }
 
 // redisBenchmark runs bin against srv with the ceiling script's sha and
@@ -61,7 +62,10 @@ func redisBenchmark(bin string, srv *redisServer, sha string, requests, pipeline
 // round runs redis-benchmark without and with pipelining, then each
 // variant at the most callers over many keys, back to back.
 func runCeiling(o options, srv *redisServer) (*ceilingResult, error) {
-	res := &ceilingResult{requests: o.ceilingRequests, callers: slices.Max(o.callers), keys: o.redisKeys, rate: map[string][]float64{}}
+	res := &ceilingResult{
+		requests: o.ceilingRequests, callers: slices.Max(o.callers), keys: o.redisKeys,
+		rate: map[string][]float64{}, hot: map[string][]float64{},
+	}
 	bin := ""
 	if o.redisBenchmark != "" {
 		bin, _ = exec.LookPath(o.redisBenchmark)
@@ -97,16 +101,23 @@ func runCeiling(o options, srv *redisServer) (*ceilingResult, error) {
 		res.pipelined = append(res.pipelined, piped)
 		for vi, v := range variants {
 			cur := &cursors[vi]
-			s, err := v.open(srv, res.callers)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", v.name, err)
+			many := func() int { return int((cur.Add(1) - 1) % int64(o.redisKeys)) }
+			hot := func() int { return o.redisKeys }
+			for _, cell := range []struct {
+				key  func() int
+				into map[string][]float64
+			}{{many, res.rate}, {hot, res.hot}} {
+				s, err := v.open(srv, res.callers)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", v.name, err)
+				}
+				m, err := measure(s, res.callers, o.redisTime, o.redisKeys, cell.key)
+				s.close()
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", v.name, err)
+				}
+				cell.into[v.name] = append(cell.into[v.name], m.rate)
 			}
-			m, err := measure(s, res.callers, o.redisTime, o.redisKeys, func() int { return int((cur.Add(1) - 1) % int64(o.redisKeys)) })
-			s.close()
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", v.name, err)
-			}
-			res.rate[v.name] = append(res.rate[v.name], m.rate)
 		}
 	}
 	return res, nil
@@ -116,7 +127,7 @@ func runCeiling(o options, srv *redisServer) (*ceilingResult, error) {
 func (r *ceilingResult) tables() []*table {
 	t := &table{
 		title:  "6. Ceiling: redis-benchmark running a bare INCR+PEXPIRE script (EVALSHA) on the same Redis",
-		header: []string{"what", "per second", "of -P 16", "of no -P"},
+		header: []string{"what", "per second", "of -P 16", "of no -P", "hot key, per second", "hot, of -P 16"},
 	}
 	if r.skipped != "" {
 		t.notes = []string{"skipped: " + r.skipped}
@@ -124,13 +135,14 @@ func (r *ceilingResult) tables() []*table {
 	}
 	t.notes = []string{
 		fmt.Sprintf("redis-benchmark -c 50 -n %d -r 100000 -q EVALSHA <sha> 1 k:__rand_int__ 60000, with and without -P 16; it shares the cores with Redis, as our callers do.", r.requests),
-		fmt.Sprintf("Variants: %d callers over %s keys, in the same rounds; fractions are medians of per-round ratios.", r.callers, count(r.keys)),
+		fmt.Sprintf("Variants: %d callers over %s keys, and on one hot key, in the same rounds; fractions are medians of per-round ratios.", r.callers, count(r.keys)),
 	}
-	t.add("redis-benchmark, no pipelining", fmtRate(median(r.plain)), fmtRatio(pairedRatio(r.plain, r.pipelined)), "1.00x")
-	t.add("redis-benchmark -P 16", fmtRate(median(r.pipelined)), "1.00x", fmtRatio(pairedRatio(r.pipelined, r.plain)))
+	t.add("redis-benchmark, no pipelining", fmtRate(median(r.plain)), fmtRatio(pairedRatio(r.plain, r.pipelined)), "1.00x", "", "")
+	t.add("redis-benchmark -P 16", fmtRate(median(r.pipelined)), "1.00x", fmtRatio(pairedRatio(r.pipelined, r.plain)), "", "")
 	for _, v := range ceilingVariants {
 		t.add(fmt.Sprintf("%s ×%d", v, r.callers), fmtRate(median(r.rate[v])),
-			fmtRatio(pairedRatio(r.rate[v], r.pipelined)), fmtRatio(pairedRatio(r.rate[v], r.plain)))
+			fmtRatio(pairedRatio(r.rate[v], r.pipelined)), fmtRatio(pairedRatio(r.rate[v], r.plain)),
+			fmtRate(median(r.hot[v])), fmtRatio(pairedRatio(r.hot[v], r.pipelined)))
 	}
 	return []*table{t}
 }

@@ -158,7 +158,8 @@ type Config struct {
 	// Optional. Default: "default"
 	PolicyName string
 
-	// HeaderPartitionKey adds the key, base64, to the IETF fields as pk.
+	// HeaderPartitionKey adds the key, base64, to the IETF fields as pk (a
+	// key longer than 64 bytes as its SHA-256 digest).
 	//
 	// Optional. Default: false
 	HeaderPartitionKey bool
@@ -174,6 +175,23 @@ type Config struct {
 	//
 	// Optional. Default: nil
 	OnDecision func(c fiber.Ctx, e DecisionEvent)
+
+	// MinInterval, when above 0, is the least time between two admitted
+	// requests of a client: "and no two requests closer than 200 ms". One
+	// that comes sooner gets 429 with Retry-After the rest of the wait, and
+	// counts nothing. On Redis every replica keeps it. At most a year.
+	//
+	// Optional. Default: 0 (none)
+	MinInterval time.Duration
+
+	// BlockFor, when above 0, holds off a client that the limiter rejected
+	// (for a request that could be admitted later) for this long after the
+	// rejection, whatever its counts: its requests get 429 with Retry-After
+	// the rest of the block. On Redis every replica holds it off. At most a
+	// year.
+	//
+	// Optional. Default: 0 (none)
+	BlockFor time.Duration
 
 	// MaxKeys bounds the keys kept in memory (in memory, or by
 	// FailFallback).

@@ -28,6 +28,7 @@ import (
 
 	"github.com/fiberlimit/limiter/internal/adapter"
 	"github.com/fiberlimit/limiter/internal/clientaddr"
+	"github.com/fiberlimit/limiter/internal/fasthttpfields"
 	"github.com/fiberlimit/limiter/internal/headers"
 	"github.com/fiberlimit/limiter/quota"
 	"github.com/gofiber/fiber/v3"
@@ -182,7 +183,7 @@ func (h *handler) serve(c fiber.Ctx) error {
 	if !res.Allowed() && !h.dryRun {
 		out := headers.AcquireOut()
 		h.headers.Write(out, fieldsOf(c), &res, key, false)
-		setFields(c, out)
+		fasthttpfields.Set(&c.Response().Header, out)
 		c.RequestCtx().SetUserValue(rejectedBehind{}, true)
 		return h.limitReached(c)
 	}
@@ -194,9 +195,14 @@ func (h *handler) serve(c fiber.Ctx) error {
 			}
 		}
 	}
+	rejected := c.RequestCtx().UserValue(rejectedBehind{}) != nil
+	if limit, remaining, reset, ok := h.headers.Plain(&res); ok && !rejected {
+		fasthttpfields.SetPlain(&c.Response().Header, limit, remaining, reset)
+		return err
+	}
 	out := headers.AcquireOut()
-	h.headers.WriteAdmitted(out, fieldsOf(c), &res, key, h.dryRun, c.RequestCtx().UserValue(rejectedBehind{}) != nil)
-	setFields(c, out)
+	h.headers.WriteAdmitted(out, fieldsOf(c), &res, key, h.dryRun, rejected)
+	fasthttpfields.Set(&c.Response().Header, out)
 	return err
 }
 
@@ -256,19 +262,6 @@ func (f *responseFields) Peek(name []byte) []byte {
 // fieldsOf returns c's response header fields.
 func fieldsOf(c fiber.Ctx) headers.Fields {
 	return (*responseFields)(&c.Response().Header)
-}
-
-// setFields sets the fields of out on c's response, by SetCanonical, which
-// does not normalize, under the names in the form fasthttp normalizes them
-// to, so that they are where c.GetRespHeader, c.Set and Header.Del look
-// for them; then it releases out.
-func setFields(c fiber.Ctx, out *headers.Out) {
-	h := &c.Response().Header
-	for i := range out.Len() {
-		name, value := out.Field(i)
-		h.SetCanonical(name, value)
-	}
-	headers.ReleaseOut(out)
 }
 
 // rejectedBehind is the request's user value that says a limiter behind

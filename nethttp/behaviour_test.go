@@ -27,6 +27,8 @@ func (stdlib) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) f
 		SkipFailedRequests:     bc.SkipFailedRequests,
 		SkipSuccessfulRequests: bc.SkipSuccessfulRequests,
 		DisableHeaders:         bc.DisableHeaders,
+		BlockFor:               bc.BlockFor,
+		MinInterval:            bc.MinInterval,
 	}
 	if bc.KeyFromHeader {
 		cfg.KeyGenerator = func(r *http.Request) string { return r.Header.Get("X-Key") }

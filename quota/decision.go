@@ -113,9 +113,8 @@ type state struct {
 
 // Algorithm is how a Limiter decides under each limit. It names one of the
 // step functions, each in its own file, as a small integer rather than an
-// interface: the step functions take and return state and Decision by
-// value, and a direct call passes them in registers where an interface
-// call would spill them (a third of a take's cost).
+// interface: a direct call passes the state and the Decision in registers
+// where an interface call would spill them (a third of a take's cost).
 type Algorithm uint8
 
 const (
@@ -134,12 +133,20 @@ const (
 	TokenBucket
 )
 
-// Every step function is pure: time comes in as now (ms), state goes in and
-// comes out by value, nothing is kept.
+// Every step function is pure: time comes in as now (ms), nothing is kept
+// but the state it is given.
 //
 // take decides a request of cost units at now and returns the state to keep:
 // with the cost counted when it is admitted, else s unchanged.
 func (a Algorithm) take(s state, now int64, r rule, cost int64) (state, Decision) {
+	d := a.step(&s, now, r, cost)
+	return s, d
+}
+
+// step is take on the state at s, which it changes only when it admits
+// the request: the form of every request's path, where a state and a
+// Decision returned together would not fit in registers.
+func (a Algorithm) step(s *state, now int64, r rule, cost int64) Decision {
 	switch a {
 	case FixedWindow:
 		return fixedWindow{}.take(s, now, r, cost)

@@ -220,7 +220,7 @@ func TestStateFromOtherStepsIsNoState(t *testing.T) {
 
 	// The in-memory twin reads such a state the same way.
 	ls := one(newRule(200_000_000, 200_000_000, day, 200_000_000))
-	sts := [maxLimits]state{{a: 1 << 46, b: 200_000_000}}
+	sts := [maxStates]state{{a: 1 << 46, b: 200_000_000}}
 	v := FixedWindow.decide(&sts, 1<<40, &ls, 1)
 	assert.True(t, v.Allowed())
 }
@@ -244,7 +244,7 @@ func FuzzQuota(f *testing.F) {
 			ls := limitsOf(&cfg)
 			r := ls.r[0]
 			quota := capacity(alg, r)
-			var sts [maxLimits]state
+			var sts [maxStates]state
 			now := int64(at) * (timestep.Millis(exp)/65536 + 1)
 			v := alg.decide(&sts, now, &ls, int64(cost))
 			d := v.each[0]

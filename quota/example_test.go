@@ -95,3 +95,33 @@ func ExampleLimiter_Refund() {
 	// 1
 	// true
 }
+
+func ExampleLimiter_Penalize() {
+	logins, _ := quota.New(quota.Config{Limits: []quota.Limit{quota.PerMinute(10)}})
+	ctx := context.Background()
+	res, _ := logins.Take(ctx, "10.0.0.7", 1) // a login attempt
+	fmt.Println(res.Allowed(), res.Tightest().Remaining)
+	res, _ = logins.Penalize(ctx, "10.0.0.7", 4) // its password was wrong: it costs 5 in all
+	fmt.Println(res.Tightest().Remaining)
+	res, _ = logins.Reward(ctx, "10.0.0.7", 3) // a captcha solved gives 3 back
+	fmt.Println(res.Tightest().Remaining)
+	// Output:
+	// true 9
+	// 5
+	// 8
+}
+
+func ExampleLimiter_TakeUpTo() {
+	jobs, _ := quota.New(quota.Config{Limits: []quota.Limit{quota.PerMinute(100)}})
+	ctx := context.Background()
+	granted, _, _ := jobs.TakeUpTo(ctx, "tenant-7", 80) // a batch of 80 jobs
+	fmt.Println(granted)
+	granted, res, _ := jobs.TakeUpTo(ctx, "tenant-7", 50) // 50 more: 20 fit
+	fmt.Println(granted, res.Tightest().Remaining)
+	granted, res, _ = jobs.TakeUpTo(ctx, "tenant-7", 10)
+	fmt.Println(granted, res.Allowed())
+	// Output:
+	// 80
+	// 20 0
+	// 0 false
+}

@@ -4,7 +4,7 @@ package quota
 // b = units counted in that window.
 type fixedWindow struct{}
 
-func (fixedWindow) take(s state, now int64, r rule, cost int64) (state, Decision) {
+func (fixedWindow) take(s *state, now int64, r rule, cost int64) Decision {
 	start, count := s.a, s.b
 	if count > 0 {
 		now = max(now, start) // time never goes back for a key
@@ -28,7 +28,7 @@ func (fixedWindow) take(s state, now int64, r rule, cost int64) (state, Decision
 	if count > 0 {
 		d.ResetAfter = r.span(start + r.window - now)
 	}
-	return s, d
+	return d
 }
 
 func (fixedWindow) refund(s state, now int64, r rule, cost int64, d Decision) state {

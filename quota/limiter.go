@@ -76,6 +76,30 @@ type Config struct {
 	// Optional. Default: nil
 	Storage Storage
 
+	// BlockFor, when above 0, holds off a key that a take was rejected for
+	// (one that could be admitted later, not a cost above the quota) for
+	// this long after the rejection, whatever its counts: its takes are
+	// rejected, with Remaining 0 and RetryAfter the rest of the block. A
+	// brute-force login, say, then waits out the block, not just the
+	// window. On Redis the block is kept with the key's counts, so every
+	// replica holds it off; the deny cache answers it too. Refund,
+	// Penalize and Reward neither start nor lift a block. At most a year.
+	// Turning BlockFor or MinInterval on keeps the counts kept in Redis or
+	// Storage; turning them off starts them afresh.
+	//
+	// Optional. Default: 0 (none)
+	BlockFor time.Duration
+
+	// MinInterval, when above 0, is the least time between two admitted
+	// takes of a key (of a cost above 0): "and no two requests closer than
+	// 200 ms". A take that comes sooner is rejected, with Remaining 0 and
+	// RetryAfter the rest of the wait, and counts nothing (with BlockFor,
+	// it blocks the key as any rejection does). On Redis every replica
+	// keeps it. It holds for every algorithm. At most a year.
+	//
+	// Optional. Default: 0 (none)
+	MinInterval time.Duration
+
 	// VaryMax lets TakeWith set the first limit's Max per call (a plan, an
 	// API key). Time is then kept in steps fit for the largest Max, 2^32-1.
 	//
@@ -242,7 +266,7 @@ func newLimiter(cfg Config) (*Limiter, error) {
 		l.store = newGuardedStore(newStorageBackend(cfg.Storage, l.alg, prefix, clock), false, &cfg, l.alg, n)
 		l.backend, identity = "storage", cfg.Storage
 	default:
-		l.memory = newManager(l.alg, n, cfg.MaxKeys, cfg.clock)
+		l.memory = newManager(l.alg, l.base.states(), cfg.MaxKeys, cfg.clock)
 		l.backend = "memory"
 	}
 	if identity != nil {
@@ -269,6 +293,14 @@ func (cfg *Config) fill() error {
 	}
 	if (cfg.VaryMax || cfg.VaryExpiration) && len(cfg.Limits) > 1 {
 		return errors.New("limiter: VaryMax or VaryExpiration is set with several Limits; they vary a single limit")
+	}
+	for _, f := range [...]struct {
+		name string
+		d    time.Duration
+	}{{"BlockFor", cfg.BlockFor}, {"MinInterval", cfg.MinInterval}} {
+		if f.d < 0 || f.d > maxBlock {
+			return fmt.Errorf("limiter: %s is %v; it must be 0 (none) or up to %v", f.name, f.d, maxBlock)
+		}
 	}
 	for _, f := range [...]struct {
 		name string
@@ -359,6 +391,12 @@ func checkLimits(ls []Limit, alg Algorithm) error {
 // step fits its largest quota: with VaryMax, the largest a Max can be.
 func limitsOf(cfg *Config) limits {
 	ls := limits{n: len(cfg.Limits)}
+	if cfg.BlockFor > 0 {
+		ls.block = max(1, timestep.Millis(cfg.BlockFor))
+	}
+	if cfg.MinInterval > 0 {
+		ls.gap = max(1, timestep.Millis(cfg.MinInterval))
+	}
 	for i, l := range cfg.Limits {
 		limit, burst := int64(l.Max), int64(l.Max)
 		if l.Burst > 0 {
@@ -385,9 +423,10 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (Result, error
 		return l.TakeWith(ctx, key, cost, Limit{})
 	}
 	if l.memory != nil {
-		res, err := l.memory.take(ctx, key, &l.base, int64(cost))
+		var res Result
+		l.memory.takeInto(ctx, key, &l.base, int64(cost), &res)
 		l.finish(&res, &l.base)
-		return res, err
+		return res, nil
 	}
 	return l.takeStored(ctx, key, l.base, int64(cost))
 }
@@ -500,18 +539,97 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int, taken *Resul
 	if taken.varied {
 		ls.r[0] = taken.first
 	}
+	credit := *taken
+	credit.adjust = refundTaken // whatever Result it is given
 	var res Result
 	if l.memory != nil {
 		var buf [keyRoom]byte
-		res, _ = l.memory.refund(ctx, l.storedKey(buf[:0], &ls, key), &ls, int64(cost), taken)
+		res, _ = l.memory.refund(ctx, l.storedKey(buf[:0], &ls, key), &ls, int64(cost), &credit)
 	} else {
 		var ok bool
-		if res, ok = l.refundStored(ctx, key, ls, int64(cost), *taken); !ok {
+		if res, ok = l.refundStored(ctx, key, ls, int64(cost), credit); !ok {
 			return *taken, errRefundLost
 		}
 	}
 	l.finish(&res, &ls)
 	res.varied, res.first = taken.varied, taken.first
+	return res, nil
+}
+
+// TakeUpTo takes as much of cost units (>= 0) for key as every limit has
+// room for now, and returns how much that was: a batch endpoint or a job
+// queue that takes what it can. When no limit has room for one unit, it
+// is a rejected take of 1, whose RetryAfter says when one unit fits; for
+// cost 0, an admitted take of 0. The Result is the take's, of the granted
+// units, for Refund. On Redis the room and the take are one atomic call.
+// When Redis or Storage fails, FailurePolicy answers: FailOpen grants all
+// of cost, FailClosed none.
+func (l *Limiter) TakeUpTo(ctx context.Context, key string, cost int) (granted int, res Result, err error) {
+	if cost < 0 {
+		return 0, Result{}, fmt.Errorf("limiter: cost is %d; it must be >= 0", cost)
+	}
+	ls := l.base
+	ls.upTo = true
+	if l.memory != nil {
+		res, err = l.takeMemory(ctx, key, &ls, int64(cost))
+	} else {
+		res, err = l.takeStored(ctx, key, ls, int64(cost))
+	}
+	if err != nil {
+		return 0, res, err
+	}
+	switch res.source {
+	case SourceFailOpen:
+		return cost, res, nil
+	case SourceFailClosed, SourceDenyCache:
+		return 0, res, nil
+	}
+	return int(res.granted), res, nil
+}
+
+// Penalize counts cost units (>= 0) against key under every limit, outside
+// a request and whether or not they fit: a failed login that should cost
+// 5, say. Each limit counts at most its whole quota (Max, or Burst for the
+// token bucket), so a key is never held off for longer than a spent quota
+// holds it. The Result describes the state it leaves, as a take of cost 0
+// would see it. With VaryMax or VaryExpiration, the configured Max and
+// Expiration apply. On Redis or Storage it is one atomic call; when that
+// fails, the error says so, and the penalty may or may not have been
+// counted (FailurePolicy decides takes, not adjustments).
+func (l *Limiter) Penalize(ctx context.Context, key string, cost int) (Result, error) {
+	return l.adjust(ctx, key, cost, penalty)
+}
+
+// Reward gives cost units (>= 0) back to key under every limit, from what
+// it has spent now, whichever request or window counted them: a solved
+// captcha, say. It never gives back more than is spent. The Result is as
+// Penalize's, and so are the configured limits and the errors.
+func (l *Limiter) Reward(ctx context.Context, key string, cost int) (Result, error) {
+	return l.adjust(ctx, key, cost, reward)
+}
+
+// adjust runs a penalty or a reward of cost for key.
+func (l *Limiter) adjust(ctx context.Context, key string, cost int, adj adjustment) (Result, error) {
+	name := "penalize"
+	if adj == reward {
+		name = "reward"
+	}
+	if cost < 0 {
+		return Result{}, fmt.Errorf("limiter: %s: cost is %d; it must be >= 0", name, cost)
+	}
+	ls := l.base
+	v := Result{n: ls.n, adjust: adj}
+	var res Result
+	if l.memory != nil {
+		var buf [keyRoom]byte
+		res, _ = l.memory.refund(ctx, l.storedKey(buf[:0], &ls, key), &ls, int64(cost), &v)
+	} else {
+		var ok bool
+		if res, ok = l.refundStored(ctx, key, ls, int64(cost), v); !ok {
+			return Result{}, fmt.Errorf("limiter: %s: storage failed; it may not have been made", name)
+		}
+	}
+	l.finish(&res, &ls)
 	return res, nil
 }
 

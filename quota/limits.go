@@ -24,12 +24,33 @@ import (
 // maxLimits is the most limits one limiter decides together.
 const maxLimits = 4
 
+// maxStates is the most states a key keeps: one a limit, and one for a
+// block (see Config.BlockFor).
+const maxStates = maxLimits + 1
+
 // limits is what a decision is made against: one rule per limit. It is
 // passed by pointer to a value the caller owns (on its stack), so that a
 // per-request change of the rule (MaxFunc) costs no allocation.
 type limits struct {
-	n int
-	r [maxLimits]rule
+	n    int
+	r    [maxLimits]rule
+	upTo bool // a take of as much of its cost as fits (TakeUpTo)
+	// block is Config.BlockFor and gap Config.MinInterval, in ms, 0 for
+	// none; with either, a key keeps one more state after its limits' (see
+	// decideKeyInto).
+	block, gap int64
+}
+
+// keyRules reports whether ls has rules of a key beside its limits' counts
+// (BlockFor, MinInterval).
+func (ls *limits) keyRules() bool { return ls.block > 0 || ls.gap > 0 }
+
+// states is how many states a key of ls keeps.
+func (ls *limits) states() int {
+	if ls.keyRules() {
+		return ls.n + 1
+	}
+	return ls.n
 }
 
 // one returns the limits of a single rule.
@@ -46,11 +67,13 @@ func one(r rule) limits {
 // admitted it has RetryAfter 0 and describes its state as it stands,
 // without the cost.
 type Result struct {
-	n      int
-	each   [maxLimits]Decision
-	source Source // what decided
-	varied bool   // by TakeWith, under first
-	first  rule
+	n       int
+	each    [maxLimits]Decision
+	source  Source     // what decided
+	varied  bool       // by TakeWith, under first
+	adjust  adjustment // for refundAll: a refund of this take, or the adjustment it stands for
+	granted int64      // what a take of limits.upTo took
+	first   rule
 }
 
 // Allowed reports whether the take was admitted and its cost counted.
@@ -117,30 +140,60 @@ func (v *Result) tightest() int {
 // have admitted it is decided again at cost 0, so that its part describes
 // the state the request leaves behind. Both backends' twins (the Lua
 // scripts) do the same, pass for pass.
-func (a Algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int64) Result {
+func (a Algorithm) decide(sts *[maxStates]state, now int64, ls *limits, cost int64) Result {
+	var v Result
+	a.decideInto(&v, sts, now, ls, cost)
+	return v
+}
+
+// decideInto is decide writing its Result into v, which must be zero: the
+// path of every request, where a Result copied from call to call costs
+// more than the decision.
+func (a Algorithm) decideInto(v *Result, sts *[maxStates]state, now int64, ls *limits, cost int64) {
 	a.plausible(sts, now, ls)
-	v := Result{n: ls.n}
+	v.n = ls.n
 	if ls.n == 1 {
-		sts[0], v.each[0] = a.take(sts[0], ls.r[0].at(now), ls.r[0], cost)
-		return v
+		v.each[0] = a.step(&sts[0], ls.r[0].at(now), ls.r[0], cost)
+		return
 	}
-	var next [maxLimits]state
+	var next [maxStates]state
 	allowed := true
 	for i := range ls.n {
-		next[i], v.each[i] = a.take(sts[i], ls.r[i].at(now), ls.r[i], cost)
+		next[i] = sts[i]
+		v.each[i] = a.step(&next[i], ls.r[i].at(now), ls.r[i], cost)
 		allowed = allowed && v.each[i].Allowed
 	}
 	if allowed {
 		copy(sts[:ls.n], next[:ls.n])
-		return v
+		return
 	}
 	for i := range ls.n {
 		if v.each[i].Allowed {
-			_, v.each[i] = a.take(sts[i], ls.r[i].at(now), ls.r[i], 0)
+			s := sts[i]
+			v.each[i] = a.step(&s, ls.r[i].at(now), ls.r[i], 0)
 			v.each[i].Allowed, v.each[i].countedIn = false, 0 // nothing was counted
 		}
 	}
-	return v
+}
+
+// decideUpToInto is decideInto for a take of as much of cost as every
+// limit has room for now (the least Remaining of a take of 0), or, when
+// none has room for one unit, of 1, which it rejects; v.granted is what it
+// took. The Lua twins do the same in one script call, with a pass at cost
+// 0 before the take.
+func (a Algorithm) decideUpToInto(v *Result, sts *[maxStates]state, now int64, ls *limits, cost int64) {
+	probe := *sts
+	var room Result
+	a.decideInto(&room, &probe, now, ls, 0)
+	fit := int64(room.each[0].Remaining)
+	for i := 1; i < ls.n; i++ {
+		fit = min(fit, int64(room.each[i].Remaining))
+	}
+	take := min(cost, max(fit, 1))
+	a.decideInto(v, sts, now, ls, take)
+	if v.Allowed() {
+		v.granted = take
+	}
 }
 
 // plausible makes the states read fit their rules, so that no value (one
@@ -155,7 +208,7 @@ func (a Algorithm) decide(sts *[maxLimits]state, now int64, ls *limits, cost int
 //     reads as the whole quota spent, and one below zero as nothing.
 //
 // The Lua twins read their values the same way.
-func (a Algorithm) plausible(sts *[maxLimits]state, now int64, ls *limits) {
+func (a Algorithm) plausible(sts *[maxStates]state, now int64, ls *limits) {
 	for i := range ls.n {
 		s, r := &sts[i], &ls.r[i]
 		// The window first: a state within it needs no division.
@@ -180,10 +233,13 @@ func (a Algorithm) plausible(sts *[maxLimits]state, now int64, ls *limits) {
 // window its part of v says the cost was counted in, and returns the
 // verdict of a take of cost 0 after it: the state the refund leaves, for
 // the headers. The Lua twins do the same in one script call.
-func (a Algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost int64, v *Result) Result {
+//
+// With v.adjust set (Penalize, Reward), it applies that adjustment
+// instead, to every limit.
+func (a Algorithm) refundAll(sts *[maxStates]state, now int64, ls *limits, cost int64, v *Result) Result {
 	a.plausible(sts, now, ls)
 	for i := range ls.n {
-		sts[i] = a.refund(sts[i], ls.r[i].at(now), ls.r[i], cost, v.each[i])
+		sts[i] = a.adjust(v.adjust, sts[i], ls.r[i].at(now), ls.r[i], cost, v.each[i])
 	}
 	after := a.decide(sts, now, ls, 0)
 	for i := range ls.n {
@@ -196,10 +252,13 @@ func (a Algorithm) refundAll(sts *[maxLimits]state, now int64, ls *limits, cost 
 
 // expiryAll is the time (ms) from which the states of every limit hold
 // nothing: the latest of their expiries.
-func (a Algorithm) expiryAll(sts *[maxLimits]state, ls *limits) int64 {
+func (a Algorithm) expiryAll(sts *[maxStates]state, ls *limits) int64 {
 	exp := int64(0)
 	for i := range ls.n {
 		exp = max(exp, a.expiry(sts[i], ls.r[i])*ls.r[i].stepMillis())
+	}
+	if ls.keyRules() {
+		exp = max(exp, sts[ls.n].a, sts[ls.n].b) // the ends of the block and the gap
 	}
 	return exp
 }

@@ -147,18 +147,37 @@ func (m *manager) shardFor(key string) (*shard, uint64) {
 }
 
 func (m *manager) take(ctx context.Context, key string, ls *limits, cost int64) (Result, error) {
+	var v Result
+	m.takeInto(ctx, key, ls, cost, &v)
+	return v, nil
+}
+
+// takeInto is take writing its Result into v, which must be zero.
+func (m *manager) takeInto(ctx context.Context, key string, ls *limits, cost int64, v *Result) {
 	var buf [sha256.Size]byte
 	k, klen := storedKey(key, &buf)
 	s, h := m.shardFor(k)
 	now := m.now(ctx)
 	s.mu.Lock()
 	i := s.find(k, klen, uint32(h))
-	var sts [maxLimits]state
+	var sts [maxStates]state
 	if i >= 0 && s.entries[i].exp > now {
 		s.load(i, &sts)
 	}
-	v := m.alg.decide(&sts, now, ls, cost)
-	if v.Allowed() && cost > 0 {
+	blocked := false // the key's block changed
+	switch {
+	case ls.keyRules():
+		blocked = m.alg.decideKeyInto(v, &sts, now, ls, cost)
+		if ls.upTo {
+			cost = v.granted
+		}
+	case ls.upTo:
+		m.alg.decideUpToInto(v, &sts, now, ls, cost)
+		cost = v.granted
+	default:
+		m.alg.decideInto(v, &sts, now, ls, cost)
+	}
+	if v.Allowed() && cost > 0 || blocked {
 		// A key is only tracked once it has state worth keeping, so requests
 		// that count nothing never take a slot; nor do they write (the Lua
 		// twins write nothing for them either).
@@ -176,7 +195,6 @@ func (m *manager) take(ctx context.Context, key string, ls *limits, cost int64) 
 	if rotate {
 		m.sweepAnother(now)
 	}
-	return v, nil
 }
 
 func (m *manager) refund(_ context.Context, key string, ls *limits, cost int64, v *Result) (Result, error) {
@@ -185,21 +203,25 @@ func (m *manager) refund(_ context.Context, key string, ls *limits, cost int64, 
 	s, h := m.shardFor(k)
 	now := m.current() // when the request ends, not when it began
 	s.mu.Lock()
-	var sts [maxLimits]state
+	var sts [maxStates]state
 	i := s.find(k, klen, uint32(h))
 	if i >= 0 && s.entries[i].exp > now {
 		s.load(i, &sts)
 	}
 	after := m.alg.refundAll(&sts, now, ls, cost, v)
+	exp := m.alg.expiryAll(&sts, ls)
+	if i < 0 && v.adjust == penalty && exp > now {
+		i = s.insert(k, klen, uint32(h), now) // a penalty on a key that has none
+	}
 	if i >= 0 {
-		s.store(i, &sts, m.alg.expiryAll(&sts, ls))
+		s.store(i, &sts, exp)
 	}
 	s.mu.Unlock()
 	return after, nil
 }
 
 // load reads the states of entry i.
-func (s *shard) load(i int, sts *[maxLimits]state) {
+func (s *shard) load(i int, sts *[maxStates]state) {
 	e := &s.entries[i]
 	sts[0] = state{a: e.a, b: e.b, c: e.c}
 	if s.stride > 0 {
@@ -208,7 +230,7 @@ func (s *shard) load(i int, sts *[maxLimits]state) {
 }
 
 // store writes the states of entry i, which hold nothing from exp on.
-func (s *shard) store(i int, sts *[maxLimits]state, exp int64) {
+func (s *shard) store(i int, sts *[maxStates]state, exp int64) {
 	e := &s.entries[i]
 	e.a, e.b, e.c, e.exp = sts[0].a, sts[0].b, sts[0].c, exp
 	if s.stride > 0 {

@@ -164,12 +164,23 @@ func (b *redisBackend) rules(ls *limits, into *[maxLimits]redis.Rule) []redis.Ru
 			Step:   time.Duration(r.stepMillis()) * time.Millisecond,
 		}
 	}
+	into[0].BlockFor = time.Duration(ls.block) * time.Millisecond
+	into[0].MinInterval = time.Duration(ls.gap) * time.Millisecond
 	return into[:ls.n]
 }
 
 func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost int64) (Result, error) {
 	var rules [maxLimits]redis.Rule
 	var results [maxLimits]redis.Result
+	if ls.upTo {
+		granted, err := b.store.TakeUpToAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n])
+		if err != nil {
+			return Result{}, err
+		}
+		v := verdictOf(&results, ls.n)
+		v.granted = granted
+		return v, nil
+	}
 	if _, err := b.store.TakeAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
 		return Result{}, err
 	}
@@ -182,7 +193,14 @@ func (b *redisBackend) refund(ctx context.Context, key string, ls *limits, cost 
 	for i := range ls.n {
 		results[i].CountedIn = v.each[i].countedIn
 	}
-	if err := b.store.RefundAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
+	adjust := b.store.RefundAll
+	switch v.adjust {
+	case penalty:
+		adjust = b.store.PenalizeAll
+	case reward:
+		adjust = b.store.RewardAll
+	}
+	if err := adjust(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
 		return Result{}, err
 	}
 	return verdictOf(&results, ls.n), nil

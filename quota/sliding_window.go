@@ -31,8 +31,8 @@ func (slidingWindow) roll(s state, now int64, r rule) (start, cur, prev int64) {
 	return start, cur, prev
 }
 
-func (w slidingWindow) take(s state, now int64, r rule, cost int64) (state, Decision) {
-	start, cur, prev := w.roll(s, now, r)
+func (w slidingWindow) take(s *state, now int64, r rule, cost int64) Decision {
+	start, cur, prev := w.roll(*s, now, r)
 	now = max(now, start)
 	elapsed := now - start
 	weighted := prev * (r.window - elapsed) // previous window's share, times W
@@ -58,7 +58,7 @@ func (w slidingWindow) take(s state, now int64, r rule, cost int64) (state, Deci
 	case prev > 0:
 		d.ResetAfter = r.span(start + r.window - now)
 	}
-	return s, d
+	return d
 }
 
 // retryAfter is the time (ms) from elapsed until a request of cost would be

@@ -126,10 +126,10 @@ func TestFixedWindowRefundOnlyInItsWindow(t *testing.T) {
 	sec := 1000 * ms
 	r := rule{limit: 3, burst: 3, window: sec}
 	var s state
-	s, d := fixedWindow{}.take(s, 0, r, 1)
+	s, d := FixedWindow.take(s, 0, r, 1)
 	require.True(t, d.Allowed)
-	s, _ = fixedWindow{}.take(s, sec+5, r, 2) // a new window, counted 2
-	s = fixedWindow{}.refund(s, sec+6, r, 1, d)
+	s, _ = FixedWindow.take(s, sec+5, r, 2) // a new window, counted 2
+	s = FixedWindow.refund(s, sec+6, r, 1, d)
 	require.Equal(t, int64(2), s.b, "a refund must not credit a later window")
 }
 

@@ -44,16 +44,28 @@ func newStorageBackend(store Storage, alg Algorithm, prefix string, clock func()
 
 func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost int64) (Result, error) {
 	var v Result
-	err := b.modify(ctx, key, ls, func(sts *[maxLimits]state, now int64) bool {
-		v = b.alg.decide(sts, now, ls, cost)
-		return v.Allowed() && cost > 0
+	err := b.modify(ctx, key, ls, func(sts *[maxStates]state, now int64) bool {
+		v = Result{}
+		blocked := false
+		switch {
+		case ls.keyRules():
+			blocked = b.alg.decideKeyInto(&v, sts, now, ls, cost)
+		case ls.upTo:
+			b.alg.decideUpToInto(&v, sts, now, ls, cost)
+		default:
+			b.alg.decideInto(&v, sts, now, ls, cost)
+		}
+		if ls.upTo {
+			cost = v.granted
+		}
+		return v.Allowed() && cost > 0 || blocked
 	})
 	return v, err
 }
 
 func (b *storageBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error) {
 	var after Result
-	err := b.modify(ctx, key, ls, func(sts *[maxLimits]state, now int64) bool {
+	err := b.modify(ctx, key, ls, func(sts *[maxStates]state, now int64) bool {
 		after = b.alg.refundAll(sts, now, ls, cost, v)
 		return true
 	})
@@ -70,7 +82,7 @@ func (b *storageBackend) probe(context.Context) error {
 // and writes them back when step reports a change. It gives up when ctx
 // ends while it waits for the lock, and does not write once ctx has ended:
 // the caller has answered the request without this decision by then.
-func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, step func(sts *[maxLimits]state, now int64) bool) error {
+func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, step func(sts *[maxStates]state, now int64) bool) error {
 	skey := b.prefix + key
 	lock := b.locks[maphash.String(b.seed, skey)%uint64(len(b.locks))]
 	select {
@@ -87,8 +99,8 @@ func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, ste
 		return fmt.Errorf("limiter: storage: %w", err)
 	}
 	now := b.clock()
-	var sts [maxLimits]state
-	decodeStates(raw, now, ls.n, &sts)
+	var sts [maxStates]state
+	decodeStates(raw, now, ls.states(), &sts)
 	if !step(&sts, now) {
 		return nil
 	}
@@ -103,7 +115,7 @@ func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, ste
 	// seconds, rounding down). The state carries its own times, so keeping it
 	// up to a second longer than needed changes nothing; losing it early would.
 	ttl := time.Duration(min(timestep.Seconds(millis(exp-now))+1, math.MaxInt64/int64(time.Second))) * time.Second
-	if err := b.store.Set(skey, encodeStates(&sts, ls.n, exp), ttl); err != nil {
+	if err := b.store.Set(skey, encodeStates(&sts, ls.states(), exp), ttl); err != nil {
 		return fmt.Errorf("limiter: storage set: %w", err)
 	}
 	return nil
@@ -112,7 +124,7 @@ func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, ste
 // encodeStates lays out the states of n limits with the time they expire:
 // from then on they are empty, as the in-memory manager and the Redis
 // scripts hold too.
-func encodeStates(sts *[maxLimits]state, n int, exp int64) []byte {
+func encodeStates(sts *[maxStates]state, n int, exp int64) []byte {
 	buf := make([]byte, stateHeadSize+n*stateLimitSize)
 	buf[0] = stateVersion
 	binary.BigEndian.PutUint64(buf[1:], uint64(exp))
@@ -128,7 +140,7 @@ func encodeStates(sts *[maxLimits]state, n int, exp int64) []byte {
 // decodeStates reads what encodeStates wrote for n limits as it stands at
 // now into sts; anything else (nothing stored, another layout or count of
 // limits, an expired value) leaves sts fresh.
-func decodeStates(raw []byte, now int64, n int, sts *[maxLimits]state) {
+func decodeStates(raw []byte, now int64, n int, sts *[maxStates]state) {
 	if len(raw) != stateHeadSize+n*stateLimitSize || raw[0] != stateVersion || int64(binary.BigEndian.Uint64(raw[1:])) <= now {
 		return
 	}

@@ -99,7 +99,8 @@ func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg *Config, alg Algo
 		g.deny = newDenyCache(cfg.DenyCacheKeys, n)
 	}
 	if cfg.FailurePolicy == FailFallback {
-		g.fallback = newManager(alg, n, cfg.MaxKeys, cfg.clock)
+		ls := limitsOf(cfg)
+		g.fallback = newManager(alg, ls.states(), cfg.MaxKeys, cfg.clock)
 	}
 	return g
 }
@@ -116,9 +117,15 @@ func (g *guardedStore) take(ctx context.Context, key string, ls *limits, cost in
 	if next := g.nextCheck.Load(); now >= next {
 		g.checkSettings(next)
 	}
+	// A take up to a cost is rejected exactly when a take of 1 is: that is
+	// the rejection the deny cache keeps for it, and the one it answers.
+	denyCost := cost
+	if ls.upTo && cost > 0 {
+		denyCost = 1
+	}
 	var gen uint64
 	if g.deny != nil {
-		v, ok, g0 := g.deny.check(key, now, ls, cost)
+		v, ok, g0 := g.deny.check(key, now, ls, denyCost)
 		if ok {
 			return v
 		}
@@ -134,7 +141,7 @@ func (g *guardedStore) take(ctx context.Context, key string, ls *limits, cost in
 		return g.unavailable(ctx, key, ls, cost)
 	}
 	if g.deny != nil && !v.Allowed() {
-		g.deny.add(key, now, ls, cost, &v, gen)
+		g.deny.add(key, now, ls, denyCost, &v, gen)
 	}
 	return v
 }

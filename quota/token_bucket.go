@@ -19,8 +19,8 @@ func (tokenBucket) debtAt(s state, now int64, r rule) int64 {
 	return s.b - elapsed*r.limit
 }
 
-func (b tokenBucket) take(s state, now int64, r rule, cost int64) (state, Decision) {
-	debt := b.debtAt(s, now, r)
+func (b tokenBucket) take(s *state, now int64, r rule, cost int64) Decision {
+	debt := b.debtAt(*s, now, r)
 	capacity := r.burst * r.window
 	d := Decision{Limit: int(r.burst)}
 	switch {
@@ -36,7 +36,7 @@ func (b tokenBucket) take(s state, now int64, r rule, cost int64) (state, Decisi
 	}
 	d.Remaining = int(max(0, r.burst-ceilDiv(debt, r.window)))
 	d.ResetAfter = r.span(ceilDiv(debt, r.limit))
-	return s, d
+	return d
 }
 
 // refund gives back what of the request's cost has not refilled yet: by
@@ -47,8 +47,9 @@ func (b tokenBucket) refund(s state, now int64, r rule, cost int64, d Decision) 
 	credit := int64(0)
 	if ahead := d.countedIn - now; ahead > 0 {
 		// min(cost*W, ahead*limit), without forming ahead*limit when it
-		// would be larger than cost*W (and might overflow).
-		credit = cost * r.window
+		// would be larger than cost*W (and might overflow); cost is at most
+		// a full bucket, so that cost*W cannot overflow either.
+		credit = min(cost, r.burst) * r.window
 		if ahead < ceilDiv(credit, r.limit) {
 			credit = ahead * r.limit
 		}

@@ -46,6 +46,8 @@ type Settings struct {
 
 	Name, KeyPrefix  string
 	MaxKeys          int
+	BlockFor         time.Duration
+	MinInterval      time.Duration
 	FailurePolicy    quota.FailurePolicy
 	StorageTimeout   time.Duration
 	BreakerFailures  int
@@ -65,7 +67,7 @@ type Settings struct {
 // shared are the fields of Settings that every adapter's Config has by the
 // same name and type; CopyFrom copies them.
 var shared = []string{
-	"Max", "Expiration", "Burst", "IPv6Prefix", "Name", "KeyPrefix", "MaxKeys",
+	"Max", "Expiration", "Burst", "IPv6Prefix", "Name", "KeyPrefix", "MaxKeys", "BlockFor", "MinInterval",
 	"FailurePolicy", "StorageTimeout", "BreakerFailures", "BreakerCooldown", "OnStorageError",
 	"DenyCacheKeys", "DisableDenyCache", "Headers", "DisableHeaders", "PolicyName", "HeaderPartitionKey",
 }
@@ -150,6 +152,8 @@ func (s *Settings) Build() (*quota.Limiter, *headers.Writer, error) {
 		Name:             s.Name,
 		KeyPrefix:        s.KeyPrefix,
 		MaxKeys:          s.MaxKeys,
+		BlockFor:         s.BlockFor,
+		MinInterval:      s.MinInterval,
 		FailurePolicy:    s.FailurePolicy,
 		StorageTimeout:   s.StorageTimeout,
 		BreakerFailures:  s.BreakerFailures,

@@ -49,6 +49,10 @@ type Config struct {
 	SkipFailedRequests     bool
 	SkipSuccessfulRequests bool
 	DisableHeaders         bool
+	// BlockFor holds a rejected client off (BlockFor).
+	BlockFor time.Duration
+	// MinInterval spaces a client's admitted requests (MinInterval).
+	MinInterval time.Duration
 }
 
 // Request is one request to a case's server.

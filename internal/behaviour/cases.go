@@ -26,6 +26,8 @@ func Run(t *testing.T, a Adapter) {
 		{"MaxFuncAndCost", maxFuncAndCost},
 		{"DisableHeaders", disableHeaders},
 		{"ConcurrentExact", concurrentExact},
+		{"BlockFor", blockFor},
+		{"MinInterval", minInterval},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, a) })
@@ -215,4 +217,54 @@ func concurrentExact(t *testing.T, a Adapter) {
 func PlanOf(header string) int {
 	n, _ := strconv.Atoi(header)
 	return n
+}
+
+// Max 2 per second with BlockFor 1 min: the third request is rejected and
+// blocks the client for the minute, with Retry-After saying so and nothing
+// remaining, though the window refills within a second; another client is
+// not held off; after the minute the client is admitted again.
+func blockFor(t *testing.T, a Adapter) {
+	for _, alg := range Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			clock := &Clock{}
+			send := a.Serve(t, Config{Algorithm: alg, Max: 2, Expiration: time.Second, KeyFromHeader: true, BlockFor: time.Minute}, clock)
+			for range 2 {
+				require.Equal(t, http.StatusOK, send(Request{Key: "a"}).Status)
+			}
+			r := send(Request{Key: "a"})
+			require.Equal(t, http.StatusTooManyRequests, r.Status)
+			assert.Equal(t, "60", r.Header.Get("Retry-After"))
+			clock.Advance(20 * time.Second)
+			r = send(Request{Key: "a"})
+			require.Equal(t, http.StatusTooManyRequests, r.Status, "blocked though the window has refilled")
+			assert.Equal(t, "40", r.Header.Get("Retry-After"))
+			assert.Equal(t, "0", r.Header.Get("X-RateLimit-Remaining"))
+			assert.Equal(t, http.StatusOK, send(Request{Key: "b"}).Status, "another client")
+			clock.Advance(40 * time.Second)
+			assert.Equal(t, http.StatusOK, send(Request{Key: "a"}).Status, "the block has ended")
+		})
+	}
+}
+
+// Max 100 per minute with MinInterval 200 ms: a request 150 ms after an
+// admitted one gets 429 with Retry-After 1 (the 50 ms left, in whole
+// seconds, rounded up) and counts nothing; one 200 ms after is admitted;
+// another client is not held.
+func minInterval(t *testing.T, a Adapter) {
+	for _, alg := range Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			clock := &Clock{}
+			send := a.Serve(t, Config{Algorithm: alg, Max: 100, Expiration: time.Minute, KeyFromHeader: true, MinInterval: 200 * time.Millisecond}, clock)
+			require.Equal(t, http.StatusOK, send(Request{Key: "a"}).Status)
+			clock.Advance(150 * time.Millisecond)
+			r := send(Request{Key: "a"})
+			require.Equal(t, http.StatusTooManyRequests, r.Status)
+			assert.Equal(t, "1", r.Header.Get("Retry-After"))
+			assert.Equal(t, http.StatusOK, send(Request{Key: "b"}).Status, "another client")
+			clock.Advance(50 * time.Millisecond)
+			r = send(Request{Key: "a"})
+			require.Equal(t, http.StatusOK, r.Status)
+			assert.Equal(t, "98", r.Header.Get("X-RateLimit-Remaining"), "the rejected request counted nothing")
+		})
+	}
 }

@@ -6,6 +6,7 @@ package headers
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"strconv"
@@ -100,6 +101,10 @@ func AcquireOut() *Out {
 
 // ReleaseOut gives o back; it must not be used after.
 func ReleaseOut(o *Out) { outs.Put(o) }
+
+// Room is o's buffer, empty, for a value to be formatted in and set at
+// once: a buffer on the stack would escape through fasthttp's SetCanonical.
+func (o *Out) Room() []byte { return o.buf[:0] }
 
 // Len is the number of fields set.
 func (o *Out) Len() int { return o.n }
@@ -244,6 +249,23 @@ func New(cfg Config) (*Writer, error) {
 		}
 	}
 	return w, nil
+}
+
+// Plain reports whether WriteAdmitted, for res admitted with no limiter
+// behind that rejected, writes the three X-RateLimit fields and nothing
+// else, and if so gives their values, for an adapter to set without an
+// Out: the X-RateLimit mode alone, one limit, and some of it left (else a
+// Retry-After may be due).
+func (w *Writer) Plain(res *quota.Result) (limit, remaining, reset int64, ok bool) {
+	if !w.xRateLimit || w.ietf || !res.Allowed() {
+		return 0, 0, 0, false
+	}
+	ds := res.Decisions()
+	if len(ds) != 1 || ds[0].Remaining == 0 {
+		return 0, 0, 0, false
+	}
+	d := &ds[0]
+	return int64(d.Limit), int64(d.Remaining), timestep.Seconds(d.ResetAfter), true
 }
 
 // WithKey reports whether the fields carry the key (HeaderPartitionKey):
@@ -421,12 +443,23 @@ func setMember(out *Out, h Fields, field, members, scratch []byte, admitted bool
 }
 
 // appendPartitionKey appends the pk parameter: key as an RFC 9651 Byte
-// Sequence, base64 between colons.
+// Sequence, base64 between colons; a key longer than maxPartitionKey
+// bytes as its SHA-256 digest, so that a client's long key does not make
+// the response's fields as long.
 func appendPartitionKey(dst []byte, key string) []byte {
 	dst = append(dst, ";pk=:"...)
-	dst = base64.StdEncoding.AppendEncode(dst, []byte(key))
+	if len(key) > maxPartitionKey {
+		sum := sha256.Sum256([]byte(key))
+		dst = base64.StdEncoding.AppendEncode(dst, sum[:])
+	} else {
+		dst = base64.StdEncoding.AppendEncode(dst, []byte(key))
+	}
 	return append(dst, ':')
 }
+
+// maxPartitionKey is the longest key pk carries as it is: 64 bytes, 88 in
+// base64.
+const maxPartitionKey = 64
 
 // appendSFString appends s, printable ASCII, as an RFC 9651 String: in
 // double quotes, with " and \ escaped by a backslash.

@@ -58,11 +58,14 @@ func batchOf(single string) string {
 	for _, r := range batchReplaced {
 		pairs = append(pairs, r[0], r[1])
 	}
-	body := strings.NewReplacer(pairs...).Replace(single)
-	return `local batch_clock
+	at := strings.Index(single, batchPerCall)
+	prelude, body := single[:at], strings.NewReplacer(pairs...).Replace(single[at:])
+	return prelude + `local batch_clock
 local function batch_time()
   if not batch_clock then
-    batch_clock = redis.call('TIME')
+    -- As numbers, so that the calls do not each parse the strings.
+    local t = redis.call('TIME')
+    batch_clock = {tonumber(t[1]), tonumber(t[2])}
   end
   return batch_clock
 end
@@ -141,6 +144,11 @@ end
 return answers
 `
 }
+
+// batchPerCall begins the part of a single script that runs once per
+// call; what comes before it (the library's functions as locals) a batch
+// script makes once.
+const batchPerCall = "-- What follows runs once per call"
 
 // batchReplaced are the pieces of the single scripts that batchOf
 // replaces, each of which must be there, and what replaces them.

@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -143,10 +145,12 @@ func TestHashSlot(t *testing.T) {
 	}
 }
 
-// A random trace of takes and refunds, on a few keys, decided by batches
-// of 1 to 16 calls (a key often several times in one) gives byte for byte
-// the answers of the same calls made one by one, on another server: for
-// each algorithm, one limit and two, on the caller's clock.
+// A random trace of takes, takes up to a cost, refunds, penalties and
+// rewards, on a few keys, decided by batches of 1 to 16 calls (a key often
+// several times in one) gives byte for byte the answers of the same calls
+// made one by one, on another server: for each algorithm, one limit and
+// two, with and without a block and a least interval, on the caller's
+// clock.
 func TestBatchesMatchOneByOne(t *testing.T) {
 	batched, single := redistest.Start(t), redistest.Start(t)
 	ctx := context.Background()
@@ -154,13 +158,17 @@ func TestBatchesMatchOneByOne(t *testing.T) {
 		for _, rules := range [][]Rule{
 			{{Algorithm: alg, Limit: 5, Window: time.Second}},
 			{{Algorithm: alg, Limit: 3, Window: time.Second}, {Algorithm: alg, Limit: 7, Window: 5 * time.Second}},
+			{{Algorithm: alg, Limit: 5, Window: time.Second, BlockFor: 700 * time.Millisecond}},
+			{{Algorithm: alg, Limit: 3, Window: time.Second, BlockFor: 300 * time.Millisecond}, {Algorithm: alg, Limit: 7, Window: 5 * time.Second}},
+			{{Algorithm: alg, Limit: 5, Window: time.Second, MinInterval: 90 * time.Millisecond}},
+			{{Algorithm: alg, Limit: 3, Window: time.Second, BlockFor: 300 * time.Millisecond, MinInterval: 50 * time.Millisecond}, {Algorithm: alg, Limit: 7, Window: 5 * time.Second}},
 		} {
-			t.Run(strconv.Itoa(int(alg))+"/"+strconv.Itoa(len(rules)), func(t *testing.T) {
+			t.Run(strconv.Itoa(int(alg))+"/"+strconv.Itoa(len(rules))+"/"+rules[0].BlockFor.String()+"/"+rules[0].MinInterval.String(), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(alg), uint64(len(rules))))
 				now := time.UnixMilli(1_700_000_000_000)
 				store := New(single.Client(t), WithClock(func() time.Time { return now }))
 				b := newBatcher(batched.Client(t), &pipelineStats{}, false)
-				prefix := "trace:" + strconv.Itoa(int(alg)) + ":" + strconv.Itoa(len(rules)) + ":"
+				prefix := "trace:" + strconv.Itoa(int(alg)) + ":" + strconv.Itoa(len(rules)) + ":" + rules[0].BlockFor.String() + ":" + rules[0].MinInterval.String() + ":"
 				admittedAt := map[string][]Result{} // a key's admitted takes, for refunds
 				for step := 0; step < 400; {
 					n := 1 + rng.IntN(16)
@@ -170,11 +178,18 @@ func TestBatchesMatchOneByOne(t *testing.T) {
 						key := prefix + strconv.Itoa(rng.IntN(4))
 						cost := int64(rng.IntN(4))
 						flags, counted := byte(0), []Result(nil)
-						if taken := admittedAt[key]; len(taken) > 0 && rng.IntN(4) == 0 {
+						switch taken := admittedAt[key]; {
+						case len(taken) > 0 && rng.IntN(4) == 0:
 							flags, counted = argRefund, taken[:len(rules)]
 							admittedAt[key] = taken[len(rules):]
+						case rng.IntN(8) == 0:
+							flags, cost = argRefund|argPenalty, int64(rng.IntN(12))
+						case rng.IntN(8) == 0:
+							flags, cost = argRefund|argReward, int64(rng.IntN(12))
+						case rng.IntN(8) == 0:
+							flags, cost = argUpTo, int64(rng.IntN(12))
 						}
-						var buf [argHeadSize + MaxRules*argRuleSize]byte
+						var buf [argHeadSize + MaxRules*argRuleSize + 2*argBlockSize]byte
 						arg, err := store.pack(&buf, rules, cost, flags, counted)
 						require.NoError(t, err)
 						res, err := runScript(ctx, store.calls, alg, key, string(arg)).Result()
@@ -203,9 +218,16 @@ func TestBatchesMatchOneByOne(t *testing.T) {
 }
 
 // Every piece of the single scripts that the batch scripts replace is
-// there to replace, and the batch scripts make no other call.
+// there to replace, the batch scripts make no other call, and the part
+// made once per batch reads no call's key or argument.
 func TestBatchScriptsReplaceEveryCall(t *testing.T) {
 	for alg, src := range scriptSources[FixedWindow:] {
+		prelude, _, found := strings.Cut(src, batchPerCall)
+		require.True(t, found, "algorithm %d has no %q", alg+1, batchPerCall)
+		prelude = regexp.MustCompile(`--[^\n]*`).ReplaceAllString(prelude, "")
+		assert.NotContains(t, prelude, "KEYS[")
+		assert.NotContains(t, prelude, "ARGV[")
+		assert.NotContains(t, prelude, "redis.")
 		for _, piece := range batchReplaced {
 			assert.Contains(t, src, piece[0], "algorithm %d", alg+1)
 		}
@@ -244,7 +266,7 @@ func TestBatchOutOfMemory(t *testing.T) {
 	require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "1").Err())
 	t.Cleanup(func() { _ = admin.ConfigSet(ctx, "maxmemory", "0").Err() })
 
-	var buf [argHeadSize + MaxRules*argRuleSize]byte
+	var buf [argHeadSize + MaxRules*argRuleSize + 2*argBlockSize]byte
 	spent, err := store.pack(&buf, []Rule{full}, 1, 0, nil)
 	require.NoError(t, err)
 	spentArg := string(spent)
@@ -287,4 +309,106 @@ func TestBatchesAreBounded(t *testing.T) {
 			next++
 		}
 	}
+}
+
+// Redis stalled (CLIENT PAUSE) or killed while batches are in flight: a
+// caller waiting in a batch returns once its own deadline passes, never
+// much later, with its context's error or the connection's; only the calls
+// a batcher sent alone (at most maxInFlight at once) wait on the client's
+// ReadTimeout, as go-redis's own calls do. Once Redis is back, calls are
+// decided there again, exactly.
+func TestBatchCallersKeepTheirDeadlines(t *testing.T) {
+	const (
+		callers     = 32
+		deadline    = 300 * time.Millisecond
+		slack       = 400 * time.Millisecond // a loaded machine's scheduling
+		readTimeout = 2500 * time.Millisecond
+		stalled     = 1200 * time.Millisecond
+	)
+	for _, stall := range []string{"paused", "killed"} {
+		t.Run(stall, func(t *testing.T) {
+			server := redistest.Start(t)
+			client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 8, ReadTimeout: readTimeout, MaxRetries: -1})
+			t.Cleanup(func() { _ = client.Close() })
+			store := New(client)
+			rule := Rule{Algorithm: FixedWindow, Limit: 1 << 30, Window: time.Hour}
+			_, err := store.Take(context.Background(), "warm", rule, 1)
+			require.NoError(t, err)
+
+			var stop atomic.Bool
+			var calls, failed, late atomic.Int64
+			var slowest atomic.Int64
+			var wg sync.WaitGroup
+			for g := range callers {
+				wg.Go(func() {
+					for i := 0; !stop.Load(); i++ {
+						ctx, cancel := context.WithTimeout(context.Background(), deadline)
+						start := time.Now()
+						_, err := store.Take(ctx, "k"+strconv.Itoa((g+i)%8), rule, 1)
+						took := time.Since(start)
+						cancel()
+						calls.Add(1)
+						if err != nil {
+							failed.Add(1)
+						}
+						if took > deadline+slack {
+							late.Add(1)
+						}
+						for old := slowest.Load(); int64(took) > old && !slowest.CompareAndSwap(old, int64(took)); old = slowest.Load() {
+						}
+					}
+				})
+			}
+			time.Sleep(300 * time.Millisecond) // batches under way
+			switch stall {
+			case "paused":
+				admin := server.Client(t)
+				require.NoError(t, admin.Do(context.Background(), "CLIENT", "PAUSE", stalled.Milliseconds(), "ALL").Err())
+				time.Sleep(stalled + 300*time.Millisecond)
+			case "killed":
+				server.Stop()
+				time.Sleep(stalled)
+				server.Restart()
+				time.Sleep(300 * time.Millisecond)
+			}
+			stop.Store(true)
+			wg.Wait()
+			t.Logf("%d calls, %d failed, %d past deadline+%v, slowest %v", calls.Load(), failed.Load(), late.Load(), slack, time.Duration(slowest.Load()))
+			assert.Positive(t, failed.Load(), "no call noticed the stall")
+			maxInFlight := int64(store.pipes.one.maxInFlight)
+			assert.LessOrEqual(t, late.Load(), maxInFlight, "calls that waited past their deadline: only those sent alone may")
+			assert.Less(t, time.Duration(slowest.Load()), readTimeout+slack)
+
+			// Back: a fresh key is limited exactly. go-redis's pool keeps
+			// refusing to dial for a while after a run of failed dials, so a
+			// call that could not connect (it ran nothing) is made again.
+			exact := Rule{Algorithm: FixedWindow, Limit: 50, Window: time.Hour}
+			var admitted atomic.Int64
+			for range callers {
+				wg.Go(func() {
+					for range 5 {
+						var r Result
+						var err error
+						for try := 0; try == 0 || err != nil && isDial(err) && try < 100; try++ {
+							if try > 0 {
+								time.Sleep(50 * time.Millisecond)
+							}
+							r, err = store.Take(context.Background(), "after", exact, 1)
+						}
+						if assert.NoError(t, err) && r.Allowed {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			assert.Equal(t, int64(50), admitted.Load())
+		})
+	}
+}
+
+// isDial tells whether err is a failure to connect: the call was not sent.
+func isDial(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -3,7 +3,7 @@
 fmt = '<I6I4'
 local start, count = 0, 0
 if #stored == 10 * n then
-  start, count = struct.unpack(fmt, stored, 10 * i - 9)
+  start, count = unpack(fmt, stored, 10 * i - 9)
 elseif found then
   repair = true
 end
@@ -12,11 +12,11 @@ if start > now + ahead then
 elseif count > limit then
   count, repair = limit, true
 end
-if refund then
-  -- Credit the window the cost was counted in, then answer as a take of
-  -- cost 0 would: the state the refund leaves.
-  if count > 0 and start == counted_in and now < start + window then
-    count = math.max(0, count - cost)
+if refund and not penalize then
+  -- Credit the window the cost was counted in (a reward: the window
+  -- running), then answer as a take of cost 0 would: the state it leaves.
+  if count > 0 and (reward or start == counted_in) and now < start + window then
+    count = max(0, count - cost)
   end
   cost = 0
 end
@@ -25,6 +25,9 @@ if count > 0 and now < start then
 end
 if count == 0 or now >= start + window then
   start, count = now, 0
+end
+if penalize then
+  count, cost = min(limit, count + min(cost, limit)), 0
 end
 if cost > limit then
   retry = -1
@@ -41,4 +44,4 @@ end
 if count > 0 then
   reset = start + window - now
 end
-remaining = math.max(0, limit - count)
+remaining = max(0, limit - count)

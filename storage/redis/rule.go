@@ -36,6 +36,21 @@ type Rule struct {
 	// state found in other steps (its time far ahead of now in these) reads
 	// as no state.
 	Step time.Duration
+	// BlockFor, set on the first rule of a call, holds off a key that a
+	// take is rejected for (one that could be admitted later) for this long
+	// after the rejection, whatever its counts: its takes are rejected,
+	// with Remaining 0 and RetryAfter the rest of the block. The block's
+	// end is kept in the key's value, after the rules' states, so every
+	// call on a key must give the same BlockFor, refunds and adjustments
+	// too. 0, the default, blocks nothing; other rules' BlockFor is not
+	// read.
+	BlockFor time.Duration
+	// MinInterval, set on the first rule of a call, is the least time
+	// between two admitted takes of a key (of a cost above 0): one that
+	// comes sooner is rejected, with Remaining 0 and RetryAfter the rest
+	// of the wait. Kept in the key's value as BlockFor is, so every call
+	// on a key must give the same; 0, the default, is none.
+	MinInterval time.Duration
 }
 
 // capacity is the quota a decision is made against: Burst for a token

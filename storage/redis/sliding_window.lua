@@ -4,16 +4,16 @@
 -- The estimate times the window is prev * (window - elapsed) + cur * window.
 local start, cur, prev = 0, 0, 0
 if n == 1 and #stored == 12 then
-  start, cur, prev = struct.unpack('<I6I3I3', stored)
+  start, cur, prev = unpack('<I6I3I3', stored)
 elseif #stored == 14 * n then
-  start, cur, prev = struct.unpack('<I6I4I4', stored, 14 * i - 13)
+  start, cur, prev = unpack('<I6I4I4', stored, 14 * i - 13)
 elseif found then
   repair = true
 end
 if start > now + ahead then
   start, cur, prev, repair = 0, 0, 0, true
 elseif cur > limit or prev > limit then
-  cur, prev, repair = math.min(cur, limit), math.min(prev, limit), true
+  cur, prev, repair = min(cur, limit), min(prev, limit), true
 end
 if now >= start then -- time never goes back for a key
   if now >= start + window then
@@ -32,12 +32,19 @@ if now >= start then -- time never goes back for a key
 end
 
 if refund then
-  -- Credit the window the cost was counted in, then answer as a take of
-  -- cost 0 would: the state the refund leaves.
-  if counted_in == start then
-    cur = math.max(0, cur - cost)
+  -- Count a penalty in the window running; take a reward back from the
+  -- window running, then from the one before; credit a refund to the
+  -- window it was counted in. Then answer as a take of cost 0 would: the
+  -- state it leaves.
+  if penalize then
+    cur = min(limit, cur + min(cost, limit))
+  elseif reward then
+    local from_cur = min(cur, cost)
+    cur, prev = cur - from_cur, max(0, prev - min(cost - from_cur, limit))
+  elseif counted_in == start then
+    cur = max(0, cur - cost)
   elseif counted_in == start - window then
-    prev = math.max(0, prev - cost)
+    prev = max(0, prev - cost)
   end
   if cur == 0 and prev == 0 and now >= start then
     start = now -- an empty key starts afresh, as the take's roll has it
@@ -71,7 +78,7 @@ else
     -- count: need cur * (window - e) <= (limit - cost) * window.
     local e = 0
     if cur > 0 then
-      e = math.max(0, window - idiv((limit - cost) * window, cur))
+      e = max(0, window - idiv((limit - cost) * window, cur))
     end
     retry = window - elapsed + e
   end
@@ -81,9 +88,9 @@ if cur > 0 then
 elseif prev > 0 then
   reset = start + window - now
 end
-remaining = math.min(limit, math.max(0, limit - cur - idiv(weighted + window - 1, window)))
+remaining = min(limit, max(0, limit - cur - idiv(weighted + window - 1, window)))
 
-if n == 1 and math.max(b, c) < 16777216 then
+if n == 1 and max(b, c) < 16777216 then
   fmt = '<I6I3I3'
 else
   fmt = '<I6I4I4'

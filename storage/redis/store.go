@@ -46,9 +46,9 @@ var (
 // SHA-1 digests for EVALSHA.
 var (
 	scriptSources = [...]string{
-		FixedWindow:   headLua + fixedWindowLua + tailLua,
-		SlidingWindow: headLua + slidingWindowLua + tailLua,
-		TokenBucket:   headLua + tokenBucketLua + tailLua,
+		FixedWindow:   stateSizes(10, 10) + headLua + fixedWindowLua + tailLua,
+		SlidingWindow: stateSizes(14, 12) + headLua + slidingWindowLua + tailLua,
+		TokenBucket:   stateSizes(13, 11) + headLua + tokenBucketLua + tailLua,
 	}
 	scripts = [...]*redis.Script{
 		FixedWindow:   redis.NewScript(scriptSources[FixedWindow]),
@@ -56,6 +56,13 @@ var (
 		TokenBucket:   redis.NewScript(scriptSources[TokenBucket]),
 	}
 )
+
+// stateSizes is the line that begins an algorithm's script: the bytes of
+// a limit's state in a value (per, n limits of them) and of a lone limit's
+// (one), which head.lua reads a value's layout by.
+func stateSizes(per, one int) string {
+	return fmt.Sprintf("local state_size, state_size1 = %d, %d\n", per, one)
+}
 
 // Store decides rate limits in Redis. It is safe for concurrent use.
 type Store struct {
@@ -171,6 +178,13 @@ const MaxRules = 7
 const (
 	argRefund     = 1
 	argServerTime = 2
+	argPenalty    = 4 // with argRefund
+	argReward     = 8 // with argRefund
+	argUpTo       = 16
+	argBlock      = 32 // the first rule's BlockFor follows the rules
+	argGap        = 64 // the first rule's MinInterval follows them (and BlockFor)
+	argBlockSize  = 6  // each
+	resGrantSize  = 5  // what an up-to take granted, after the rules' parts
 	resAllowed    = 1
 	argHeadSize   = 1 + 5 + 6
 	argRuleSize   = 4 + 4 + 7 + 4 + 7
@@ -191,7 +205,12 @@ const (
 // answer of a take.
 func (s *Store) run(ctx context.Context, key string, rules []Rule, cost int64, flags byte, counted []Result) (string, error) {
 	mode := "take"
-	if flags&argRefund != 0 {
+	switch {
+	case flags&argPenalty != 0:
+		mode = "penalize"
+	case flags&argReward != 0:
+		mode = "reward"
+	case flags&argRefund != 0:
 		mode = "refund"
 	}
 	if len(rules) == 0 || len(rules) > MaxRules {
@@ -200,7 +219,7 @@ func (s *Store) run(ctx context.Context, key string, rules []Rule, cost int64, f
 	if cost < 0 {
 		return "", fmt.Errorf("limiter: redis %s: cost %d is negative", mode, cost)
 	}
-	var buf [argHeadSize + MaxRules*argRuleSize]byte
+	var buf [argHeadSize + MaxRules*argRuleSize + 2*argBlockSize]byte
 	packed, err := s.pack(&buf, rules, cost, flags, counted)
 	if err != nil {
 		return "", fmt.Errorf("limiter: redis %s: %w", mode, err)
@@ -230,7 +249,7 @@ func (s *Store) run(ctx context.Context, key string, rules []Rule, cost int64, f
 // (the Store's clock, or none for the server's TIME), then each rule's
 // limit, capacity, window and step, and the window that counted names for
 // a refund. Rules are checked (see Rule.check).
-func (s *Store) pack(arg *[argHeadSize + MaxRules*argRuleSize]byte, rules []Rule, cost int64, flags byte, counted []Result) ([]byte, error) {
+func (s *Store) pack(arg *[argHeadSize + MaxRules*argRuleSize + 2*argBlockSize]byte, rules []Rule, cost int64, flags byte, counted []Result) ([]byte, error) {
 	alg := rules[0].Algorithm
 	most := int64(0) // the largest quota of the rules
 	for i, rule := range rules {
@@ -252,21 +271,32 @@ func (s *Store) pack(arg *[argHeadSize + MaxRules*argRuleSize]byte, rules []Rule
 		binary.LittleEndian.PutUint32(p[15:], uint32(step))
 		putUint(p[19:26], uint64(countedIn))
 	}
-	// A cost above a rule's quota is never admitted under it, and a refund
-	// of it credits everything: the scripts decide the same for the
-	// largest quota + 1, which fits.
-	cost = min(cost, most+1)
+	// A cost above a rule's quota is never admitted under it, a refund or a
+	// penalty of it counts the whole quota, and a reward of it gives back
+	// both windows of a sliding window: the scripts decide the same for
+	// twice the largest quota + 1, which fits.
+	cost = min(cost, 2*most+1)
 	now := int64(0)
 	if s.clock == nil {
 		flags |= argServerTime
 	} else {
 		now = min(max(0, s.clock().UnixMilli()), max6)
 	}
+	size := argHeadSize + len(rules)*argRuleSize
+	for _, f := range [...]struct {
+		flag byte
+		d    time.Duration
+	}{{argBlock, rules[0].BlockFor}, {argGap, rules[0].MinInterval}} {
+		if f.d > 0 {
+			flags |= f.flag
+			putUint(arg[size:size+argBlockSize], uint64(min(max(1, timestep.Millis(f.d)), max6)))
+			size += argBlockSize
+		}
+	}
 	arg[0] = flags
 	putUint(arg[1:6], uint64(cost))
 	putUint(arg[6:12], uint64(now))
-
-	return arg[:argHeadSize+len(rules)*argRuleSize], nil
+	return arg[:size], nil
 }
 
 // check validates a rule of a call whose rules are all of alg, and returns
@@ -363,6 +393,29 @@ func (s *Store) TakeAll(ctx context.Context, key string, rules []Rule, cost int6
 	return decodeResults(res, rules, results)
 }
 
+// TakeUpToAll takes as much of cost as every rule has room for now, in
+// one round trip, and returns how much that was: a batch of jobs that
+// takes what it can, say. When no rule has room for one unit, it is a
+// rejected take of 1, whose RetryAfter says when one unit fits; when cost
+// is 0, an admitted take of 0. results are as TakeAll's; rules as given to
+// TakeAll.
+func (s *Store) TakeUpToAll(ctx context.Context, key string, rules []Rule, cost int64, results []Result) (granted int64, err error) {
+	if len(results) < len(rules) {
+		return 0, fmt.Errorf("limiter: redis take: %d results for %d rules", len(results), len(rules))
+	}
+	res, err := s.run(ctx, key, rules, cost, argUpTo, nil)
+	if err != nil {
+		return 0, err
+	}
+	if len(res) < resGrantSize {
+		return 0, fmt.Errorf("limiter: redis: script returned %d bytes for an up-to take", len(res))
+	}
+	if _, err := decodeResults(res[:len(res)-resGrantSize], rules, results); err != nil {
+		return 0, err
+	}
+	return getUint(res[len(res)-resGrantSize:]), nil
+}
+
 // decodeResults reads a script's answer for rules into results, and
 // returns whether the request was admitted.
 func decodeResults(res string, rules []Rule, results []Result) (bool, error) {
@@ -405,6 +458,37 @@ func (s *Store) RefundAll(ctx context.Context, key string, rules []Rule, cost in
 		return fmt.Errorf("limiter: redis refund: %d results for %d rules", len(results), len(rules))
 	}
 	res, err := s.run(ctx, key, rules, cost, argRefund, results)
+	if err != nil {
+		return err
+	}
+	_, err = decodeResults(res, rules, results)
+	return err
+}
+
+// PenalizeAll counts cost units against key under every rule, whether or
+// not they have room: a failed login that should cost 5, say. Each rule
+// counts at most its whole quota, so a key is never held off for longer
+// than the rule itself would hold it. results are set to the state it
+// leaves, as a Take of cost 0 would see it. One round trip; rules as given
+// to TakeAll.
+func (s *Store) PenalizeAll(ctx context.Context, key string, rules []Rule, cost int64, results []Result) error {
+	return s.adjust(ctx, key, rules, cost, argRefund|argPenalty, results)
+}
+
+// RewardAll gives cost units back to key under every rule, from what it
+// has spent now, whichever window counted them (a solved captcha, say),
+// and sets results as PenalizeAll does. One round trip; rules as given to
+// TakeAll.
+func (s *Store) RewardAll(ctx context.Context, key string, rules []Rule, cost int64, results []Result) error {
+	return s.adjust(ctx, key, rules, cost, argRefund|argReward, results)
+}
+
+// adjust runs a penalty or a reward (flags) and decodes its answer.
+func (s *Store) adjust(ctx context.Context, key string, rules []Rule, cost int64, flags byte, results []Result) error {
+	if len(results) < len(rules) {
+		return fmt.Errorf("limiter: redis adjust: %d results for %d rules", len(results), len(rules))
+	}
+	res, err := s.run(ctx, key, rules, cost, flags, nil)
 	if err != nil {
 		return err
 	}

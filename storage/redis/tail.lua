@@ -4,38 +4,108 @@
         if allowed == 0 then
           admitted = 0
         else
-          admits = admits + 2 ^ i
+          admits = admits + flag[i]
         end
         if retry < 0 then
-          never, retry = never + 2 ^ i, 0
+          never, retry = never + flag[i], 0
         end
         if exp and exp > at then
-          value = value .. struct.pack(fmt, a, b, c)
-          exp_all = math.max(exp_all, exp * step)
+          exp_all = max(exp_all, exp * step)
         elseif exp then
-          value = value .. struct.pack(fmt, 0, 0, 0) -- a state that holds nothing
+          a, b, c = 0, 0, 0 -- a state that holds nothing
         end
-        answer = answer .. struct.pack('<I4I7I7I7', remaining, reset * step, retry * step, counted)
+        if n == 1 then
+          if exp then
+            value = pack(fmt, a, b, c)
+          end
+          remaining1, reset1, retry1, counted1 = remaining, reset * step, retry * step, counted
+        else
+          if exp then
+            value = value .. pack(fmt, a, b, c)
+          end
+          answer = answer .. pack('<I4I7I7I7', remaining, reset * step, retry * step, counted)
+        end
+      elseif pass == 0 then
+        if room < 0 or remaining < room then
+          room = remaining
+        end
       else
         -- nothing was counted
-        again = again .. struct.pack('<I4I7I7I7', remaining, reset * step, retry * step, 0)
+        again = again .. pack('<I4I7I7I7', remaining, reset * step, retry * step, 0)
       end
     else
-      again = again .. string.sub(answer, 25 * i - 24, 25 * i)
+      again = again .. sub(answer, 25 * i - 24, 25 * i)
     end
   end
-  if refund or admitted == 1 or n == 1 then
+  if pass == 0 then
+    if room > 0 then
+      request_cost = min(request_cost, room)
+    else
+      request_cost = min(request_cost, 1)
+    end
+  elseif refund or admitted == 1 or n == 1 then
     break
   end
 end
 if again ~= '' then
   answer = again -- the second pass ran
 end
+if not refund and not blocked_now then
+  if reject_rest or (admitted == 0 and never == 0) then
+    -- A take rejected for the gap, or one the limits reject that they
+    -- could admit later, blocks the key.
+    if blocking then
+      block_end, key_changed = request_now + block_ms, true
+      reject_rest = max(reject_rest or 0, block_ms)
+    end
+  elseif spacing and admitted == 1 and request_cost > 0 then
+    gap_end, key_changed = request_now + gap_ms, true -- the gap starts
+  end
+end
+if reject_rest then
+  -- Rejected for reject_rest: nothing remains, and each limit's retry
+  -- and reset last at least that long (the twin of Result.block).
+  admitted, never = 0, 0
+  if n == 1 then
+    retry1 = max(retry1, reject_rest)
+    remaining1, reset1, counted1 = 0, max(reset1, retry1), 0
+  else
+    local parts = ''
+    for i = 1, n do
+      local _, reset, retry = unpack('<I4I7I7', answer, 25 * i - 24)
+      retry = max(retry, reject_rest)
+      parts = parts .. pack('<I4I7I7I7', 0, max(reset, retry), retry, 0)
+    end
+    answer = parts
+  end
+end
+local granted = ''
+if up_to then
+  granted = pack('<I5', admitted * request_cost)
+end
 
 -- A refund writes every limit's state back, and so does a take that counted
 -- a cost; the key lives until the last of them holds nothing (exp_all, in
--- ms).
-if refund or (admitted == 1 and request_cost > 0) then
+-- ms). A block or a gap that changed is written with the states as they
+-- were read, kept as long as they were, or the block and the gap last.
+local write = refund or (admitted == 1 and request_cost > 0)
+if key_changed and not write then
+  value, write = stored, true
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 then
+    exp_all = request_now + ttl
+  end
+end
+if write and suffix > 0 then
+  if blocking then
+    value = value .. pack('<I6', block_end)
+  end
+  if spacing then
+    value = value .. pack('<I6', gap_end)
+  end
+  exp_all = max(exp_all, block_end, gap_end)
+end
+if write then
   if exp_all > request_now then
     redis.call('SET', key, value, 'PX', exp_all - request_now)
   else
@@ -49,9 +119,9 @@ elseif repair and redis.call('PTTL', key) == -1 then
   -- its whole burst.
   local hold = 0
   for i = 1, n do
-    local limit, burst, window, step = struct.unpack('<I4I4I7I4', ARGV[1], 26 * i - 13)
-    local lasts = math.max(2 * window, idiv(burst * window + limit - 1, limit))
-    hold = math.max(hold, (math.max(window, idiv(60000 + step - 1, step)) + lasts) * step)
+    local limit, burst, window, step = unpack('<I4I4I7I4', ARGV[1], 26 * i - 13)
+    local lasts = max(2 * window, idiv(burst * window + limit - 1, limit))
+    hold = max(hold, (max(window, idiv(60000 + step - 1, step)) + lasts) * step)
   end
   redis.call('PEXPIRE', key, hold)
 end
@@ -59,4 +129,7 @@ end
 -- limit i can never admit the request), then for each limit remaining (4
 -- bytes), reset, retry and counted (7 each). A refund's is the state it
 -- leaves, as a take of cost 0 would see it.
-return struct.pack('<B', admitted + never) .. answer
+if n == 1 then
+  return pack('<BI4I7I7I7', admitted + never, remaining1, reset1, retry1, counted1) .. granted
+end
+return pack('<B', admitted + never) .. answer .. granted

@@ -7,9 +7,9 @@
 -- numbers of limits are kept apart by their names, not by these lengths.)
 local last, debt = 0, 0
 if n == 1 and #stored == 11 then
-  last, debt = struct.unpack('<I6I5', stored)
+  last, debt = unpack('<I6I5', stored)
 elseif #stored == 13 * n then
-  last, debt = struct.unpack('<I6I7', stored, 13 * i - 12)
+  last, debt = unpack('<I6I7', stored, 13 * i - 12)
 elseif found then
   repair = true
 end
@@ -26,13 +26,20 @@ if elapsed > 0 then
     debt = debt - elapsed * limit
   end
 end
-last = math.max(now, last) -- time never goes back for a key
+last = max(now, last) -- time never goes back for a key
 
 if refund then
-  -- Only what of the request's cost has not refilled by now comes back:
-  -- counted_in is when it will have (rounded down). Then answer as a take
-  -- of cost 0 would: the state the refund leaves.
-  debt = math.max(0, debt - math.min(cost * window, math.max(0, (counted_in - now) * limit)))
+  -- A penalty adds its cost to the debt, up to the whole burst; a reward
+  -- takes its cost off; a refund gives back only what of the request's
+  -- cost has not refilled by now (counted_in is when it will have, rounded
+  -- down). Then answer as a take of cost 0 would: the state it leaves.
+  if penalize then
+    debt = min(burst * window, debt + min(cost, burst) * window)
+  elseif reward then
+    debt = max(0, debt - min(cost, burst) * window)
+  else
+    debt = max(0, debt - min(cost * window, max(0, (counted_in - now) * limit)))
+  end
   cost = 0
 end
 local capacity = burst * window
@@ -49,7 +56,7 @@ elseif debt + cost * window <= capacity then
 else
   retry = idiv(debt + cost * window - capacity + limit - 1, limit)
 end
-remaining = math.max(0, burst - idiv(debt + window - 1, window))
+remaining = max(0, burst - idiv(debt + window - 1, window))
 reset = idiv(debt + limit - 1, limit)
 
 if n == 1 and b < 1099511627776 then

@@ -1,0 +1,38 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A key written without BlockFor or MinInterval and then taken with them
+// (a deploy that turns them on) keeps its counts and is not blocked: its
+// value's last bytes are counts, not a block's end. Each algorithm, one
+// limit and two, with counts whose bytes would read as a time ahead.
+func TestKeyRulesReadAPlainValue(t *testing.T) {
+	server := redistest.Start(t)
+	store := New(server.Client(t))
+	ctx := context.Background()
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+		for _, n := range []int{1, 2} {
+			plain := []Rule{{Algorithm: alg, Limit: 1 << 30, Window: time.Hour}, {Algorithm: alg, Limit: 1 << 31, Window: 2 * time.Hour}}[:n]
+			keyed := append([]Rule(nil), plain...)
+			keyed[0].BlockFor, keyed[0].MinInterval = time.Hour, time.Millisecond
+			key := "plain:" + strconv.Itoa(int(alg)) + ":" + strconv.Itoa(n)
+			results := make([]Result, n)
+			_, err := store.TakeAll(ctx, key, plain, 1<<29, results) // counts whose bytes are large
+			require.NoError(t, err)
+			spent := results[0].Remaining
+			ok, err := store.TakeAll(ctx, key, keyed, 1, results)
+			require.NoError(t, err)
+			assert.True(t, ok, "algorithm %d, %d limits: not blocked", alg, n)
+			assert.Equal(t, spent-1, results[0].Remaining, "algorithm %d, %d limits: the counts are kept", alg, n)
+		}
+	}
+}
