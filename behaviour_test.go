@@ -18,6 +18,7 @@ var v2Algorithms = map[behaviour.Algorithm]LimiterHandler{
 	behaviour.FixedWindow:   FixedWindow{},
 	behaviour.SlidingWindow: SlidingWindow{},
 	behaviour.TokenBucket:   TokenBucket{},
+	behaviour.SlidingLog:    SlidingLog{},
 }
 
 func (fiberV2) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) func(behaviour.Request) behaviour.Response {

@@ -99,8 +99,8 @@ type Config struct {
 	// Default: nil (in memory)
 	Storage fiber.Storage
 
-	// LimiterMiddleware chooses the algorithm: FixedWindow{}, SlidingWindow{}
-	// or TokenBucket{}. A user type that implements LimiterHandler works too.
+	// LimiterMiddleware chooses the algorithm: FixedWindow{}, SlidingWindow{},
+	// TokenBucket{} or SlidingLog{}. A user type that implements LimiterHandler works too.
 	//
 	// Default: FixedWindow{}
 	LimiterMiddleware LimiterHandler
@@ -476,7 +476,7 @@ func configDefault(config ...Config) Config {
 	if cfg.LimiterMiddleware == nil {
 		cfg.LimiterMiddleware = ConfigDefault.LimiterMiddleware
 	} else if v := reflect.ValueOf(cfg.LimiterMiddleware); isNilValue(v) {
-		panic(fmt.Sprintf("limiter: LimiterMiddleware is a nil %v; use FixedWindow{}, SlidingWindow{}, TokenBucket{} or leave it nil for the default", v.Type()))
+		panic(fmt.Sprintf("limiter: LimiterMiddleware is a nil %v; use FixedWindow{}, SlidingWindow{}, TokenBucket{}, SlidingLog{} or leave it nil for the default", v.Type()))
 	}
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = ConfigDefault.KeyPrefix

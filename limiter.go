@@ -30,8 +30,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 )
 
-// LimiterHandler chooses the algorithm: FixedWindow, SlidingWindow or
-// TokenBucket. New receives the config with defaults filled in and returns
+// LimiterHandler chooses the algorithm: FixedWindow, SlidingWindow,
+// TokenBucket or SlidingLog. New receives the config with defaults filled in and returns
 // the middleware. It is Fiber's interface, so a user's own implementation
 // still plugs in.
 type LimiterHandler interface {

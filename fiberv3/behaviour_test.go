@@ -18,6 +18,7 @@ var v3Algorithms = map[behaviour.Algorithm]Handler{
 	behaviour.FixedWindow:   FixedWindow{},
 	behaviour.SlidingWindow: SlidingWindow{},
 	behaviour.TokenBucket:   TokenBucket{},
+	behaviour.SlidingLog:    SlidingLog{},
 }
 
 func (fiberV3) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) func(behaviour.Request) behaviour.Response {

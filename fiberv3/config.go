@@ -295,7 +295,7 @@ func configDefault(config ...Config) Config {
 	if cfg.LimiterMiddleware == nil {
 		cfg.LimiterMiddleware = ConfigDefault.LimiterMiddleware
 	} else if v := reflect.ValueOf(cfg.LimiterMiddleware); v.Kind() == reflect.Pointer && v.IsNil() {
-		panic(fmt.Sprintf("limiter: LimiterMiddleware is a nil %v; use FixedWindow{}, SlidingWindow{}, TokenBucket{} or leave it nil for the default", v.Type()))
+		panic(fmt.Sprintf("limiter: LimiterMiddleware is a nil %v; use FixedWindow{}, SlidingWindow{}, TokenBucket{}, SlidingLog{} or leave it nil for the default", v.Type()))
 	}
 	return cfg
 }

@@ -17,6 +17,7 @@ var algorithms = map[behaviour.Algorithm]quota.Algorithm{
 	behaviour.FixedWindow:   quota.FixedWindow,
 	behaviour.SlidingWindow: quota.SlidingWindow,
 	behaviour.TokenBucket:   quota.TokenBucket,
+	behaviour.SlidingLog:    quota.SlidingLog,
 }
 
 func (stdlib) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) func(behaviour.Request) behaviour.Response {

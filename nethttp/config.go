@@ -14,7 +14,7 @@ import (
 // New panic with a message that names the field.
 type Config struct {
 	// Algorithm decides under each limit: quota.FixedWindow,
-	// quota.SlidingWindow or quota.TokenBucket.
+	// quota.SlidingWindow, quota.TokenBucket or quota.SlidingLog.
 	//
 	// Optional. Default: quota.FixedWindow
 	Algorithm quota.Algorithm

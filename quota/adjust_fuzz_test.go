@@ -31,7 +31,7 @@ func FuzzAdjustments(f *testing.F) {
 		remaining := func() int64 {
 			probe := sts
 			var v Result
-			alg.decideInto(&v, &probe, now, &ls, 0)
+			alg.decideInto(&v, &probe, nil, now, &ls, 0)
 			return int64(v.each[0].Remaining)
 		}
 		for step := 0; step < fuzzMaxOps && len(ops) >= 2; step++ {
@@ -48,7 +48,7 @@ func FuzzAdjustments(f *testing.F) {
 			switch op {
 			case 0:
 				var v Result
-				alg.decideInto(&v, &sts, now, &ls, cost)
+				alg.decideInto(&v, &sts, nil, now, &ls, cost)
 			case 1:
 				sts[0] = alg.penalize(sts[0], now, r, cost)
 				if got, want := remaining(), max(0, before-cost); got != want {
@@ -68,7 +68,7 @@ func FuzzAdjustments(f *testing.F) {
 				}
 			case 3:
 				var v Result
-				alg.decideUpToInto(&v, &sts, now, &ls, cost)
+				alg.decideUpToInto(&v, &sts, nil, now, &ls, cost)
 				want := min(cost, before)
 				if v.granted != want || v.Allowed() != (want > 0 || cost == 0) {
 					t.Fatalf("granted %d (allowed %v), want %d: %s", v.granted, v.Allowed(), want, where())
@@ -112,7 +112,7 @@ func FuzzMinInterval(f *testing.F) {
 			cost := arg % (r.burst + 2)
 			before := sts
 			var v Result
-			alg.decideKeyInto(&v, &sts, now, &ls, cost)
+			alg.decideKeyInto(&v, &sts, nil, now, &ls, cost)
 			switch {
 			case v.Allowed() && cost > 0:
 				if last >= 0 && now-last < ls.gap {

@@ -21,7 +21,7 @@ import (
 // algorithm has it.
 func TestPenalizeAndReward(t *testing.T) {
 	for _, b := range everyBackend(t) {
-		for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+		for _, alg := range allAlgorithms {
 			t.Run(b.name+"/"+alg.name(), func(t *testing.T) {
 				testPenalizeAndReward(t, alg, b.set)
 			})
@@ -135,7 +135,7 @@ func (s *mapStorage) Delete(key string) error {
 // when one fits; a take of 0 takes nothing; its Result refunds.
 func TestTakeUpTo(t *testing.T) {
 	for _, b := range everyBackend(t) {
-		for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+		for _, alg := range allAlgorithms {
 			t.Run(b.name+"/"+alg.name(), func(t *testing.T) {
 				now := newSettableNow()
 				cfg := Config{
@@ -177,7 +177,7 @@ func TestTakeUpTo(t *testing.T) {
 // kept as the rejection of one unit it is, not of its cost.
 func TestTakeUpToAndTheDenyCache(t *testing.T) {
 	server := redistest.Start(t)
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range allAlgorithms {
 		t.Run(alg.name(), func(t *testing.T) {
 			now := newSettableNow() // one instant: RetryAfters compare
 			l, err := New(Config{
@@ -214,7 +214,7 @@ func TestTakeUpToAndTheDenyCache(t *testing.T) {
 // took, in every backend: no overflow turns it into a debt.
 func TestRefundOfAHugeCost(t *testing.T) {
 	for _, b := range everyBackend(t) {
-		for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+		for _, alg := range allAlgorithms {
 			t.Run(b.name+"/"+alg.name(), func(t *testing.T) {
 				now := newSettableNow()
 				cfg := Config{Algorithm: alg, Limits: []Limit{PerMinute(5)}, Now: now.Now, Name: "huge-" + alg.name()}
@@ -251,7 +251,7 @@ func TestRefundOfAnAdjustmentIsARefund(t *testing.T) {
 // two, without and with a BlockFor and a MinInterval.
 func TestAdjustmentsMatchMemory(t *testing.T) {
 	server := redistest.Start(t)
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range allAlgorithms {
 		for _, n := range []int{1, 2} {
 			for _, key := range [][2]int64{{0, 0}, {500, 0}, {0, 120}, {500, 120}} {
 				block, gap := key[0], key[1]
@@ -274,7 +274,7 @@ func testAdjustmentsMatchMemory(t *testing.T, server *redistest.Server, alg Algo
 					ls.r[0].burst, ls.r[1].burst = 6, 7
 				}
 				clock := newTraceClock(1_700_000_000_000)
-				mem := newManager(alg, ls.states(), 1<<20, clock.millis)
+				mem := testManager(alg, ls, 1<<20, clock.millis)
 				red := newRedisBackend(server.Client(t), nil, alg, "adjust-diff:"+alg.name()+strconv.Itoa(n)+":"+strconv.FormatInt(block, 10)+":"+strconv.FormatInt(gap, 10)+":", &Config{clock: clock.millis})
 				rng := rand.New(rand.NewPCG(11, uint64(alg)<<4|uint64(n)))
 				ctx := context.Background()

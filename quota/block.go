@@ -23,7 +23,7 @@ const maxBlock = 365 * 24 * time.Hour
 // An end further ahead than a block or a gap lasts (another setting, or a
 // clock that went back) holds the key no longer than they would. It
 // reports whether the state changed. The Lua twins do the same.
-func (a Algorithm) decideKeyInto(v *Result, sts *[maxStates]state, now int64, ls *limits, cost int64) (changed bool) {
+func (a Algorithm) decideKeyInto(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64) (changed bool) {
 	k := &sts[ls.n]
 	if k.a > now+ls.block {
 		k.a, changed = now+ls.block, true
@@ -32,17 +32,17 @@ func (a Algorithm) decideKeyInto(v *Result, sts *[maxStates]state, now int64, ls
 		k.b, changed = now+ls.gap, true
 	}
 	if k.a > now {
-		a.rejectAtCostZero(v, sts, now, ls, k.a-now)
+		a.rejectAtCostZero(v, sts, lg, now, ls, k.a-now)
 		return changed
 	}
 	if cost > 0 && k.b > now {
-		a.rejectAtCostZero(v, sts, now, ls, k.b-now)
+		a.rejectAtCostZero(v, sts, lg, now, ls, k.b-now)
 	} else {
 		if ls.upTo {
-			a.decideUpToInto(v, sts, now, ls, cost)
+			a.decideUpToInto(v, sts, lg, now, ls, cost)
 			cost = v.granted
 		} else {
-			a.decideInto(v, sts, now, ls, cost)
+			a.decideInto(v, sts, lg, now, ls, cost)
 		}
 		if v.Allowed() {
 			if cost > 0 && ls.gap > 0 {
@@ -61,9 +61,9 @@ func (a Algorithm) decideKeyInto(v *Result, sts *[maxStates]state, now int64, ls
 
 // rejectAtCostZero makes v the rejection, for rest more ms, of a take on
 // the states sts, which it leaves as they are.
-func (a Algorithm) rejectAtCostZero(v *Result, sts *[maxStates]state, now int64, ls *limits, rest int64) {
+func (a Algorithm) rejectAtCostZero(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, rest int64) {
 	probe := *sts
-	a.decideInto(v, &probe, now, ls, 0)
+	a.decideInto(v, &probe, lg, now, ls, 0)
 	v.block(rest)
 }
 

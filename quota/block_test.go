@@ -17,7 +17,7 @@ import (
 // the quota does not block; after the block, the key's counts decide again.
 func TestBlockFor(t *testing.T) {
 	for _, b := range everyBackend(t) {
-		for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+		for _, alg := range allAlgorithms {
 			t.Run(b.name+"/"+alg.name(), func(t *testing.T) {
 				now := newSettableNow()
 				cfg := Config{
@@ -107,7 +107,7 @@ func TestBlockForAcrossReplicas(t *testing.T) {
 // take of 0 is not held; with BlockFor, a take rejected for the gap blocks.
 func TestMinInterval(t *testing.T) {
 	for _, b := range everyBackend(t) {
-		for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+		for _, alg := range allAlgorithms {
 			t.Run(b.name+"/"+alg.name(), func(t *testing.T) {
 				now := newSettableNow()
 				cfg := Config{
@@ -159,13 +159,13 @@ func TestMinInterval(t *testing.T) {
 // than MinInterval, in memory and on Redis, which decide alike.
 func TestMinIntervalHoldsOnRandomTraces(t *testing.T) {
 	server := redistest.Start(t)
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range allAlgorithms {
 		t.Run(alg.name(), func(t *testing.T) {
 			const gap = 70
 			ls := limits{n: 1, gap: gap}
 			ls.r[0] = rule{limit: 5, burst: 5, window: 400}
 			clock := newTraceClock(1_700_000_000_000)
-			mem := newManager(alg, ls.states(), 1<<10, clock.millis)
+			mem := testManager(alg, ls, 1<<10, clock.millis)
 			red := newRedisBackend(server.Client(t), nil, alg, "gap-trace:"+alg.name()+":", &Config{clock: clock.millis})
 			rng := rand.New(rand.NewPCG(5, uint64(alg)))
 			last := int64(-1 << 40)

@@ -131,6 +131,14 @@ const (
 	// tokens. Short bursts up to Burst, a long-run rate of Max per
 	// Expiration, no window edges.
 	TokenBucket
+	// SlidingLog keeps the time of every unit counted in the last
+	// Expiration and admits while they, with the take's cost, stay within
+	// Max: exact over any window, with no estimate and no boundary burst.
+	// For small, strict limits (5 logins per 15 minutes). A key keeps one
+	// entry per unit of Max, so Max is at most 10,000; in memory that is
+	// 8 bytes per unit of Max per key (MaxKeys bounds the keys), on Redis
+	// 6.
+	SlidingLog
 )
 
 // Every step function is pure: time comes in as now (ms), nothing is kept
@@ -156,6 +164,15 @@ func (a Algorithm) step(s *state, now int64, r rule, cost int64) Decision {
 	return tokenBucket{}.take(s, now, r, cost)
 }
 
+// stepIn is step under limit i of a key whose logs are lg (nil but for
+// SlidingLog).
+func (a Algorithm) stepIn(lg *logs, i int, s *state, now int64, r rule, cost int64) Decision {
+	if a == SlidingLog {
+		return slidingLog{}.take(s, lg.ringOf(i), now, r, cost)
+	}
+	return a.step(s, now, r, cost)
+}
+
 // refund credits cost units of an admitted request back, in the window that
 // d says it was counted in, if that window still counts.
 func (a Algorithm) refund(s state, now int64, r rule, cost int64, d Decision) state {
@@ -176,6 +193,8 @@ func (a Algorithm) expiry(s state, r rule) int64 {
 		return fixedWindow{}.expiry(s, r)
 	case SlidingWindow:
 		return slidingWindow{}.expiry(s, r)
+	case SlidingLog:
+		return slidingLog{}.expiry(s, r)
 	}
 	return tokenBucket{}.expiry(s, r)
 }
@@ -187,6 +206,8 @@ func (a Algorithm) name() string {
 		return "fw"
 	case SlidingWindow:
 		return "sw"
+	case SlidingLog:
+		return "sl"
 	}
 	return "tb"
 }

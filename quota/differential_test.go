@@ -21,10 +21,10 @@ import (
 // algorithm.
 func TestRedisMatchesMemory(t *testing.T) {
 	server := redistest.Start(t)
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range allAlgorithms {
 		t.Run(alg.name(), func(t *testing.T) {
 			clock := newTraceClock(1_700_000_000_000 + rand.Int64N(int64(time.Hour/time.Millisecond)))
-			mem := newManager(alg, 1, 1<<20, clock.millis)
+			mem := testManager(alg, one(rule{limit: 6, window: 100}), 1<<20, clock.millis)
 			red := newRedisBackend(server.Client(t), nil, alg, "diff:", &Config{clock: clock.millis})
 			rng := rand.New(rand.NewPCG(3, uint64(alg)))
 			last := map[string]Decision{}
@@ -83,7 +83,7 @@ func TestLimitsMatchMemory(t *testing.T) {
 		{"two", []rule{{limit: 3, window: 1000}, {limit: 5, window: 10000}}, []int64{3, 8}, 400},
 		{"three", []rule{{limit: 2, window: 100}, {limit: 4, window: 1000}, {limit: 7, window: 5000}}, []int64{3, 6, 7}, 150},
 	}
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range allAlgorithms {
 		for _, c := range cases {
 			t.Run(alg.name()+"/"+c.name, func(t *testing.T) {
 				ls := limits{n: len(c.rules)}
@@ -96,7 +96,7 @@ func TestLimitsMatchMemory(t *testing.T) {
 				}
 				const base = int64(1_700_000_000_000)
 				clock := newTraceClock(base)
-				mem := newManager(alg, ls.n, 1<<20, clock.millis)
+				mem := testManager(alg, ls, 1<<20, clock.millis)
 				red := newRedisBackend(server.Client(t), nil, alg, "limits-diff:"+alg.name()+":"+c.name+":", &Config{clock: clock.millis})
 				rng := rand.New(rand.NewPCG(7, uint64(alg)<<8|uint64(ls.n)))
 				type taken struct {
@@ -162,10 +162,10 @@ func TestLimitsMatchMemory(t *testing.T) {
 // request gives the same decisions from both.
 func TestRedisMatchesMemoryAsLimitsChange(t *testing.T) {
 	server := redistest.Start(t)
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range allAlgorithms {
 		t.Run(alg.name(), func(t *testing.T) {
 			clock := newTraceClock(1_700_000_000_000)
-			mem := newManager(alg, 1, 1<<20, clock.millis)
+			mem := testManager(alg, one(rule{limit: 8, window: 200}), 1<<20, clock.millis)
 			red := newRedisBackend(server.Client(t), nil, alg, "change:", &Config{clock: clock.millis})
 			rng := rand.New(rand.NewPCG(7, uint64(alg)))
 			ctx := context.Background()
@@ -221,7 +221,7 @@ func TestStateFromOtherStepsIsNoState(t *testing.T) {
 	// The in-memory twin reads such a state the same way.
 	ls := one(newRule(200_000_000, 200_000_000, day, 200_000_000))
 	sts := [maxStates]state{{a: 1 << 46, b: 200_000_000}}
-	v := FixedWindow.decide(&sts, 1<<40, &ls, 1)
+	v := FixedWindow.decide(&sts, nil, 1<<40, &ls, 1)
 	assert.True(t, v.Allowed())
 }
 
@@ -246,7 +246,7 @@ func FuzzQuota(f *testing.F) {
 			quota := capacity(alg, r)
 			var sts [maxStates]state
 			now := int64(at) * (timestep.Millis(exp)/65536 + 1)
-			v := alg.decide(&sts, now, &ls, int64(cost))
+			v := alg.decide(&sts, nil, now, &ls, int64(cost))
 			d := v.each[0]
 			require.Equal(t, int64(cost) <= quota, d.Allowed, "cost %d, quota %d", cost, quota)
 			require.Equal(t, int64(cost) > quota, d.RetryAfter == Never)
@@ -254,7 +254,7 @@ func FuzzQuota(f *testing.F) {
 				require.Equal(t, quota-int64(cost), int64(d.Remaining))
 			}
 			for _, later := range []int64{now + 1, now + timestep.Millis(exp)/2, now + timestep.Millis(exp), now + 2*timestep.Millis(exp)} {
-				v = alg.decide(&sts, later, &ls, 1)
+				v = alg.decide(&sts, nil, later, &ls, 1)
 				for _, d := range v.each[:1] {
 					require.GreaterOrEqual(t, d.Remaining, 0)
 					require.LessOrEqual(t, int64(d.Remaining), quota)

@@ -267,6 +267,9 @@ func newLimiter(cfg Config) (*Limiter, error) {
 		l.backend, identity = "storage", cfg.Storage
 	default:
 		l.memory = newManager(l.alg, l.base.states(), cfg.MaxKeys, cfg.clock)
+		if l.alg == SlidingLog {
+			l.memory.useLogs(&l.base)
+		}
 		l.backend = "memory"
 	}
 	if identity != nil {
@@ -285,8 +288,11 @@ func (cfg *Config) fill() error {
 	if cfg.Redis != nil && cfg.RedisStore != nil {
 		return errors.New("limiter: Redis and RedisStore are both set; set one")
 	}
-	if cfg.Algorithm > TokenBucket {
-		return fmt.Errorf("limiter: Algorithm is %d; it must be FixedWindow, SlidingWindow or TokenBucket", cfg.Algorithm)
+	if cfg.Algorithm > SlidingLog {
+		return fmt.Errorf("limiter: Algorithm is %d; it must be FixedWindow, SlidingWindow, TokenBucket or SlidingLog", cfg.Algorithm)
+	}
+	if cfg.Algorithm == SlidingLog && cfg.VaryMax {
+		return errors.New("limiter: VaryMax is set with SlidingLog, whose keys keep one entry per unit of Max; give each Max its own Limiter, or use another Algorithm")
 	}
 	if err := checkLimits(cfg.Limits, cfg.Algorithm); err != nil {
 		return err
@@ -367,6 +373,8 @@ func checkLimits(ls []Limit, alg Algorithm) error {
 		switch {
 		case l.Max <= 0:
 			return fmt.Errorf("limiter: %sMax is %d; it must be >= 1", field, l.Max)
+		case alg == SlidingLog && l.Max > maxLogLimit:
+			return fmt.Errorf("limiter: %sMax is %d; SlidingLog keeps one entry per unit of Max and takes at most %d (for larger limits, SlidingWindow estimates the same window in two counters)", field, l.Max, maxLogLimit)
 		case int64(l.Max) > maxLimit:
 			return fmt.Errorf("limiter: %sMax is %d; it must be at most %d (below 2^32)", field, l.Max, int64(maxLimit))
 		case l.Expiration < time.Millisecond:

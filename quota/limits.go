@@ -140,27 +140,29 @@ func (v *Result) tightest() int {
 // have admitted it is decided again at cost 0, so that its part describes
 // the state the request leaves behind. Both backends' twins (the Lua
 // scripts) do the same, pass for pass.
-func (a Algorithm) decide(sts *[maxStates]state, now int64, ls *limits, cost int64) Result {
+func (a Algorithm) decide(sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64) Result {
 	var v Result
-	a.decideInto(&v, sts, now, ls, cost)
+	a.decideInto(&v, sts, lg, now, ls, cost)
 	return v
 }
 
 // decideInto is decide writing its Result into v, which must be zero: the
 // path of every request, where a Result copied from call to call costs
-// more than the decision.
-func (a Algorithm) decideInto(v *Result, sts *[maxStates]state, now int64, ls *limits, cost int64) {
+// more than the decision. Under SlidingLog, lg holds the key's logs,
+// which it only reads: the backend records an admitted take's entries
+// (logs.record).
+func (a Algorithm) decideInto(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64) {
 	a.plausible(sts, now, ls)
 	v.n = ls.n
 	if ls.n == 1 {
-		v.each[0] = a.step(&sts[0], ls.r[0].at(now), ls.r[0], cost)
+		v.each[0] = a.stepIn(lg, 0, &sts[0], ls.r[0].at(now), ls.r[0], cost)
 		return
 	}
 	var next [maxStates]state
 	allowed := true
 	for i := range ls.n {
 		next[i] = sts[i]
-		v.each[i] = a.step(&next[i], ls.r[i].at(now), ls.r[i], cost)
+		v.each[i] = a.stepIn(lg, i, &next[i], ls.r[i].at(now), ls.r[i], cost)
 		allowed = allowed && v.each[i].Allowed
 	}
 	if allowed {
@@ -170,7 +172,7 @@ func (a Algorithm) decideInto(v *Result, sts *[maxStates]state, now int64, ls *l
 	for i := range ls.n {
 		if v.each[i].Allowed {
 			s := sts[i]
-			v.each[i] = a.step(&s, ls.r[i].at(now), ls.r[i], 0)
+			v.each[i] = a.stepIn(lg, i, &s, ls.r[i].at(now), ls.r[i], 0)
 			v.each[i].Allowed, v.each[i].countedIn = false, 0 // nothing was counted
 		}
 	}
@@ -181,16 +183,16 @@ func (a Algorithm) decideInto(v *Result, sts *[maxStates]state, now int64, ls *l
 // none has room for one unit, of 1, which it rejects; v.granted is what it
 // took. The Lua twins do the same in one script call, with a pass at cost
 // 0 before the take.
-func (a Algorithm) decideUpToInto(v *Result, sts *[maxStates]state, now int64, ls *limits, cost int64) {
+func (a Algorithm) decideUpToInto(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64) {
 	probe := *sts
 	var room Result
-	a.decideInto(&room, &probe, now, ls, 0)
+	a.decideInto(&room, &probe, lg, now, ls, 0)
 	fit := int64(room.each[0].Remaining)
 	for i := 1; i < ls.n; i++ {
 		fit = min(fit, int64(room.each[i].Remaining))
 	}
 	take := min(cost, max(fit, 1))
-	a.decideInto(v, sts, now, ls, take)
+	a.decideInto(v, sts, lg, now, ls, take)
 	if v.Allowed() {
 		v.granted = take
 	}
@@ -216,6 +218,9 @@ func (a Algorithm) plausible(sts *[maxStates]state, now int64, ls *limits) {
 			*s = state{}
 			continue
 		}
+		if a == SlidingLog {
+			continue // a log's backend keeps at most its limit's entries
+		}
 		quota := r.limit
 		if a == TokenBucket {
 			quota = r.burst * r.window
@@ -236,12 +241,16 @@ func (a Algorithm) plausible(sts *[maxStates]state, now int64, ls *limits) {
 //
 // With v.adjust set (Penalize, Reward), it applies that adjustment
 // instead, to every limit.
-func (a Algorithm) refundAll(sts *[maxStates]state, now int64, ls *limits, cost int64, v *Result) Result {
+func (a Algorithm) refundAll(sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64, v *Result) Result {
 	a.plausible(sts, now, ls)
 	for i := range ls.n {
+		if a == SlidingLog {
+			sts[i] = slidingLog{}.adjust(v.adjust, sts[i], lg.ringOf(i), ls.r[i].at(now), ls.r[i], cost, v.each[i])
+			continue
+		}
 		sts[i] = a.adjust(v.adjust, sts[i], ls.r[i].at(now), ls.r[i], cost, v.each[i])
 	}
-	after := a.decide(sts, now, ls, 0)
+	after := a.decide(sts, lg, now, ls, 0)
 	for i := range ls.n {
 		if a.expiry(sts[i], ls.r[i]) <= ls.r[i].at(now) {
 			sts[i] = state{} // what it holds has ended: kept as nothing, as the Lua twins keep it

@@ -79,3 +79,17 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// allAlgorithms is every Algorithm.
+var allAlgorithms = []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog}
+
+// testManager is newManager for the states of ls, with the logs of ls for
+// SlidingLog: a log's ring is as long as its limit's Max there, the most
+// a test's keys may take.
+func testManager(alg Algorithm, ls limits, maxKeys int, clock func() int64) *manager {
+	m := newManager(alg, ls.states(), maxKeys, clock)
+	if alg == SlidingLog {
+		m.useLogs(&ls)
+	}
+	return m
+}

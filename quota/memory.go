@@ -76,6 +76,7 @@ type shard struct {
 	index   []uint64 // 0 empty, else hash<<32 | entry index + 1
 	entries []entry
 	more    []state // the other limits' states, manager.more per entry
+	logs    []int64 // SlidingLog's entries, logStride per entry (see useLogs)
 	arena   []byte
 	dead    int // arena bytes of keys no longer in entries
 	limit   int // most entries this shard holds
@@ -83,9 +84,13 @@ type shard struct {
 	expired int // expired entries seen in the current sweep pass
 	takes   uint32
 	stride  int // states in more per entry
-	atCap   int // inserts at the cap since the last compaction there
-	rnd     uint64
-	_       [32]byte // keep shards on separate cache lines
+	// logStride is the entries an entry's logs hold in logs (the sum of
+	// its limits); logAt[i] is where limit i's ring begins among them.
+	logStride int
+	logOff    [maxLimits + 1]int
+	atCap     int // inserts at the cap since the last compaction there
+	rnd       uint64
+	_         [32]byte // keep shards on separate cache lines
 }
 
 // newManager returns a manager deciding with alg under n limits (1 to
@@ -99,6 +104,19 @@ func newManager(alg Algorithm, n, maxKeys int, clock func() int64) *manager {
 		m.shards[i].rnd = uint64(i)*0x9E3779B97F4A7C15 | 1
 	}
 	return m
+}
+
+// useLogs makes m keep a ring of entries per limit of ls for every key:
+// SlidingLog's, limit i's as long as its limit. Call it once, before the
+// first take.
+func (m *manager) useLogs(ls *limits) {
+	var off [maxLimits + 1]int
+	for i := range ls.n {
+		off[i+1] = off[i] + int(ls.r[i].limit)
+	}
+	for i := range m.shards {
+		m.shards[i].logStride, m.shards[i].logOff = off[ls.n], off
+	}
 }
 
 // storedKey is the form a key is kept in: itself, or for a key longer than
@@ -161,21 +179,25 @@ func (m *manager) takeInto(ctx context.Context, key string, ls *limits, cost int
 	s.mu.Lock()
 	i := s.find(k, klen, uint32(h))
 	var sts [maxStates]state
+	var lg *logs
 	if i >= 0 && s.entries[i].exp > now {
 		s.load(i, &sts)
+		if s.logStride > 0 {
+			lg = s.rings(i, ls, new(logs))
+		}
 	}
 	blocked := false // the key's block changed
 	switch {
 	case ls.keyRules():
-		blocked = m.alg.decideKeyInto(v, &sts, now, ls, cost)
+		blocked = m.alg.decideKeyInto(v, &sts, lg, now, ls, cost)
 		if ls.upTo {
 			cost = v.granted
 		}
 	case ls.upTo:
-		m.alg.decideUpToInto(v, &sts, now, ls, cost)
+		m.alg.decideUpToInto(v, &sts, lg, now, ls, cost)
 		cost = v.granted
 	default:
-		m.alg.decideInto(v, &sts, now, ls, cost)
+		m.alg.decideInto(v, &sts, lg, now, ls, cost)
 	}
 	if v.Allowed() && cost > 0 || blocked {
 		// A key is only tracked once it has state worth keeping, so requests
@@ -186,6 +208,9 @@ func (m *manager) takeInto(ctx context.Context, key string, ls *limits, cost int
 				i = s.insert(k, klen, uint32(h), now)
 			}
 			s.store(i, &sts, exp)
+			if s.logStride > 0 && v.Allowed() && cost > 0 {
+				s.rings(i, ls, new(logs)).record(&sts, ls, cost)
+			}
 		}
 	}
 	s.sweep(now, sweepPerTake)
@@ -208,7 +233,17 @@ func (m *manager) refund(_ context.Context, key string, ls *limits, cost int64, 
 	if i >= 0 && s.entries[i].exp > now {
 		s.load(i, &sts)
 	}
-	after := m.alg.refundAll(&sts, now, ls, cost, v)
+	var lg *logs
+	if s.logStride > 0 {
+		if i < 0 && v.adjust == penalty {
+			// A penalty on a key that has none: its entries need a ring.
+			i = s.insert(k, klen, uint32(h), now)
+		}
+		if i >= 0 {
+			lg = s.rings(i, ls, new(logs))
+		}
+	}
+	after := m.alg.refundAll(&sts, lg, now, ls, cost, v)
 	exp := m.alg.expiryAll(&sts, ls)
 	if i < 0 && v.adjust == penalty && exp > now {
 		i = s.insert(k, klen, uint32(h), now) // a penalty on a key that has none
@@ -227,6 +262,15 @@ func (s *shard) load(i int, sts *[maxStates]state) {
 	if s.stride > 0 {
 		copy(sts[1:], s.more[i*s.stride:(i+1)*s.stride])
 	}
+}
+
+// rings points lg's rings at entry i's logs, and returns it.
+func (s *shard) rings(i int, ls *limits, lg *logs) *logs {
+	base := i * s.logStride
+	for j := range ls.n {
+		lg.ring[j] = s.logs[base+s.logOff[j] : base+s.logOff[j+1] : base+s.logOff[j+1]]
+	}
+	return lg
 }
 
 // store writes the states of entry i, which hold nothing from exp on.
@@ -305,6 +349,7 @@ func (s *shard) insert(key string, klen, hash uint32, now int64) int {
 	for range s.stride {
 		s.more = append(s.more, state{})
 	}
+	s.logs = append(s.logs, make([]int64, s.logStride)...)
 	s.place(hash, uint32(len(s.entries)))
 	return len(s.entries) - 1
 }
@@ -398,10 +443,12 @@ func (s *shard) sweep(now int64, n int) {
 func (s *shard) compact(now int64) {
 	live := s.entries[:0] // filtered in place: writes never pass reads
 	more := s.more[:0]
+	lgs := s.logs[:0]
 	for i, e := range s.entries {
 		if e.exp > now {
 			live = append(live, e)
 			more = append(more, s.more[i*s.stride:(i+1)*s.stride]...)
+			lgs = append(lgs, s.logs[i*s.logStride:(i+1)*s.logStride]...)
 		}
 	}
 	if cap(live) > 4*len(live)+64 {
@@ -409,8 +456,11 @@ func (s *shard) compact(now int64) {
 		if s.stride > 0 {
 			more = append(make([]state, 0, cap(live)*s.stride), more...)
 		}
+		if s.logStride > 0 {
+			lgs = append(make([]int64, 0, cap(live)*s.logStride), lgs...)
+		}
 	}
-	s.entries, s.more = live, more
+	s.entries, s.more, s.logs = live, more, lgs
 	s.cursor, s.expired = 0, 0
 	size := minIndex
 	if n := len(live) * 4 / 3; n >= minIndex {

@@ -88,7 +88,8 @@ func (s Source) String() string {
 	return "Source(" + strconv.Itoa(int(s)) + ")"
 }
 
-// String returns "fixed_window", "sliding_window" or "token_bucket".
+// String returns "fixed_window", "sliding_window", "token_bucket" or
+// "sliding_log".
 func (a Algorithm) String() string {
 	switch a {
 	case FixedWindow:
@@ -97,6 +98,8 @@ func (a Algorithm) String() string {
 		return "sliding_window"
 	case TokenBucket:
 		return "token_bucket"
+	case SlidingLog:
+		return "sliding_log"
 	}
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }

@@ -51,7 +51,7 @@ func newRedisBackend(client goredis.UniversalClient, store *redis.Store, alg Alg
 		}
 		store = redis.New(client, opts...)
 	}
-	algs := [...]redis.Algorithm{FixedWindow: redis.FixedWindow, SlidingWindow: redis.SlidingWindow, TokenBucket: redis.TokenBucket}
+	algs := [...]redis.Algorithm{FixedWindow: redis.FixedWindow, SlidingWindow: redis.SlidingWindow, TokenBucket: redis.TokenBucket, SlidingLog: redis.SlidingLog}
 	return &redisBackend{store: store, alg: algs[alg], prefix: prefix, probeKey: probeKeyOf(cfg)}
 }
 

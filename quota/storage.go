@@ -44,19 +44,22 @@ func newStorageBackend(store Storage, alg Algorithm, prefix string, clock func()
 
 func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost int64) (Result, error) {
 	var v Result
-	err := b.modify(ctx, key, ls, func(sts *[maxStates]state, now int64) bool {
+	err := b.modify(ctx, key, ls, func(sts *[maxStates]state, lg *logs, now int64) bool {
 		v = Result{}
 		blocked := false
 		switch {
 		case ls.keyRules():
-			blocked = b.alg.decideKeyInto(&v, sts, now, ls, cost)
+			blocked = b.alg.decideKeyInto(&v, sts, lg, now, ls, cost)
 		case ls.upTo:
-			b.alg.decideUpToInto(&v, sts, now, ls, cost)
+			b.alg.decideUpToInto(&v, sts, lg, now, ls, cost)
 		default:
-			b.alg.decideInto(&v, sts, now, ls, cost)
+			b.alg.decideInto(&v, sts, lg, now, ls, cost)
 		}
 		if ls.upTo {
 			cost = v.granted
+		}
+		if lg != nil && v.Allowed() && cost > 0 {
+			lg.record(sts, ls, cost)
 		}
 		return v.Allowed() && cost > 0 || blocked
 	})
@@ -65,8 +68,8 @@ func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost 
 
 func (b *storageBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error) {
 	var after Result
-	err := b.modify(ctx, key, ls, func(sts *[maxStates]state, now int64) bool {
-		after = b.alg.refundAll(sts, now, ls, cost, v)
+	err := b.modify(ctx, key, ls, func(sts *[maxStates]state, lg *logs, now int64) bool {
+		after = b.alg.refundAll(sts, lg, now, ls, cost, v)
 		return true
 	})
 	return after, err
@@ -82,7 +85,7 @@ func (b *storageBackend) probe(context.Context) error {
 // and writes them back when step reports a change. It gives up when ctx
 // ends while it waits for the lock, and does not write once ctx has ended:
 // the caller has answered the request without this decision by then.
-func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, step func(sts *[maxStates]state, now int64) bool) error {
+func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, step func(sts *[maxStates]state, lg *logs, now int64) bool) error {
 	skey := b.prefix + key
 	lock := b.locks[maphash.String(b.seed, skey)%uint64(len(b.locks))]
 	select {
@@ -100,8 +103,14 @@ func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, ste
 	}
 	now := b.clock()
 	var sts [maxStates]state
-	decodeStates(raw, now, ls.states(), &sts)
-	if !step(&sts, now) {
+	var lg *logs
+	if b.alg == SlidingLog {
+		lg = newLogs(ls)
+		decodeLogs(raw, now, ls, &sts, lg)
+	} else {
+		decodeStates(raw, now, ls.states(), &sts)
+	}
+	if !step(&sts, lg, now) {
 		return nil
 	}
 	exp := b.alg.expiryAll(&sts, ls)
@@ -115,7 +124,11 @@ func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, ste
 	// seconds, rounding down). The state carries its own times, so keeping it
 	// up to a second longer than needed changes nothing; losing it early would.
 	ttl := time.Duration(min(timestep.Seconds(millis(exp-now))+1, math.MaxInt64/int64(time.Second))) * time.Second
-	if err := b.store.Set(skey, encodeStates(&sts, ls.states(), exp), ttl); err != nil {
+	val := encodeStates(&sts, ls.states(), exp)
+	if lg != nil {
+		val = encodeLogs(val, &sts, lg, ls)
+	}
+	if err := b.store.Set(skey, val, ttl); err != nil {
 		return fmt.Errorf("limiter: storage set: %w", err)
 	}
 	return nil
@@ -152,4 +165,70 @@ func decodeStates(raw []byte, now int64, n int, sts *[maxStates]state) {
 			c: binary.BigEndian.Uint32(p[16:]),
 		}
 	}
+}
+
+// logVersion leads a SlidingLog value: encodeStates's layout, then each
+// limit's entries, oldest first (8 bytes each).
+const logVersion = 3
+
+// newLogs returns empty rings for the logs of ls.
+func newLogs(ls *limits) *logs {
+	lg := new(logs)
+	for i := range ls.n {
+		lg.ring[i] = make([]int64, ls.r[i].limit)
+	}
+	return lg
+}
+
+// encodeLogs appends the entries of lg to buf, encodeStates's value of
+// sts, and marks it as a log's.
+func encodeLogs(buf []byte, sts *[maxStates]state, lg *logs, ls *limits) []byte {
+	buf[0] = logVersion
+	for i := range ls.n {
+		s := sts[i]
+		for k := range s.b {
+			buf = binary.BigEndian.AppendUint64(buf, uint64(logAt(lg.ring[i], int64(s.c), k)))
+		}
+	}
+	return buf
+}
+
+// decodeLogs reads what encodeLogs wrote into sts and lg as decodeStates
+// does; each log keeps at most its limit's newest entries, in its ring
+// from index 0. Anything else leaves them fresh.
+func decodeLogs(raw []byte, now int64, ls *limits, sts *[maxStates]state, lg *logs) {
+	n := ls.states()
+	head := stateHeadSize + n*stateLimitSize
+	if len(raw) < head || raw[0] != logVersion || int64(binary.BigEndian.Uint64(raw[1:])) <= now {
+		return
+	}
+	var read [maxStates]state
+	entries := 0
+	for i := range n {
+		p := raw[stateHeadSize+i*stateLimitSize:]
+		read[i] = state{a: int64(binary.BigEndian.Uint64(p)), b: int64(binary.BigEndian.Uint64(p[8:])), c: binary.BigEndian.Uint32(p[16:])}
+		if i < ls.n {
+			if read[i].b < 0 || read[i].b > maxLogLimit {
+				return
+			}
+			entries += int(read[i].b)
+		}
+	}
+	if len(raw) != head+8*entries {
+		return
+	}
+	p := raw[head:]
+	for i := range ls.n {
+		s, ring := read[i], lg.ring[i]
+		skip := max(0, s.b-int64(len(ring)))
+		for k := skip; k < s.b; k++ {
+			ring[k-skip] = int64(binary.BigEndian.Uint64(p[8*k:]))
+		}
+		p = p[8*s.b:]
+		read[i] = state{}
+		if kept := s.b - skip; kept > 0 {
+			read[i] = state{a: ring[kept-1], b: kept}
+		}
+	}
+	*sts = read
 }

@@ -124,6 +124,9 @@ func (s *Settings) Check() error {
 			return fmt.Errorf("limiter: Limits is set, and so is Burst (%d); set each limit's Burst in Limits", s.Burst)
 		}
 	}
+	if s.Algorithm == quota.SlidingLog && s.MaxFunc {
+		return errors.New("limiter: MaxFunc is set with SlidingLog, whose keys keep one entry per unit of Max; give each Max its own limiter, or use another algorithm")
+	}
 	if s.Algorithm != quota.TokenBucket {
 		field, burst := "Burst", s.Burst
 		for i, l := range s.Limits {

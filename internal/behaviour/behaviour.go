@@ -23,10 +23,11 @@ const (
 	FixedWindow   Algorithm = "FixedWindow"
 	SlidingWindow Algorithm = "SlidingWindow"
 	TokenBucket   Algorithm = "TokenBucket"
+	SlidingLog    Algorithm = "SlidingLog"
 )
 
 // Algorithms are the algorithms, in the order the cases run them.
-var Algorithms = []Algorithm{FixedWindow, SlidingWindow, TokenBucket}
+var Algorithms = []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog}
 
 // Config is a case's limiter, which an adapter builds in its own
 // framework's terms. Zero fields mean the adapter's defaults (Max 5 per

@@ -54,6 +54,8 @@ func statusesAndHeaders(t *testing.T, a Adapter) {
 		SlidingWindow: {{"2", "1", "20", ""}, {"2", "0", "20", ""}, {"2", "0", "20", "15"}, {"2", "0", "18", "13"}},
 		// The bucket refills one token per 5 s.
 		TokenBucket: {{"2", "1", "5", ""}, {"2", "0", "10", ""}, {"2", "0", "10", "5"}, {"2", "0", "8", "3"}},
+		// Reset is when the oldest hit leaves, 10 s after it.
+		SlidingLog: {{"2", "1", "10", ""}, {"2", "0", "10", ""}, {"2", "0", "10", "10"}, {"2", "0", "8", "8"}},
 	}
 	for _, alg := range Algorithms {
 		t.Run(string(alg), func(t *testing.T) {

@@ -39,11 +39,13 @@ var (
 		FixedWindow:   batchOf(scriptSources[FixedWindow]),
 		SlidingWindow: batchOf(scriptSources[SlidingWindow]),
 		TokenBucket:   batchOf(scriptSources[TokenBucket]),
+		SlidingLog:    batchOf(scriptSources[SlidingLog]),
 	}
 	batchScripts = [...]*redis.Script{
 		FixedWindow:   redis.NewScript(batchSources[FixedWindow]),
 		SlidingWindow: redis.NewScript(batchSources[SlidingWindow]),
 		TokenBucket:   redis.NewScript(batchSources[TokenBucket]),
+		SlidingLog:    redis.NewScript(batchSources[SlidingLog]),
 	}
 )
 

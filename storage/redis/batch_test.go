@@ -26,7 +26,7 @@ import (
 func TestConcurrentCallsShareScriptCalls(t *testing.T) {
 	server := redistest.Start(t)
 	admin := server.Client(t)
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog} {
 		t.Run(strconv.Itoa(int(alg)), func(t *testing.T) {
 			client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 8})
 			t.Cleanup(func() { _ = client.Close() })
@@ -154,7 +154,7 @@ func TestHashSlot(t *testing.T) {
 func TestBatchesMatchOneByOne(t *testing.T) {
 	batched, single := redistest.Start(t), redistest.Start(t)
 	ctx := context.Background()
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog} {
 		for _, rules := range [][]Rule{
 			{{Algorithm: alg, Limit: 5, Window: time.Second}},
 			{{Algorithm: alg, Limit: 3, Window: time.Second}, {Algorithm: alg, Limit: 7, Window: 5 * time.Second}},

@@ -109,8 +109,9 @@ local block_end, gap_end, key_changed, reject_rest = 0, 0, false, nil
 -- limits (state_size, from the line before head.lua), or nothing: one
 -- written without them is read whole, its counts as they are.
 local states_size = stored and #stored - suffix
+-- (state_size < 0: the logs of sliding_log_prelude.lua, of any length.)
 if suffix > 0 and states_size and (states_size == 0 or states_size == state_size * n or
-    n == 1 and states_size == state_size1) then
+    n == 1 and states_size == state_size1 or state_size < 0 and log_part(stored, states_size, n, 1)) then
   if blocking then
     block_end = unpack('<I6', stored, #stored - suffix + 1)
   end
@@ -177,10 +178,10 @@ for pass = first_pass, 2 do
         cost = 0
       end
       -- The body reads limit i's state from stored and sets a, b, c, fmt
-      -- and exp: the state to keep, packed by the struct format fmt, which
-      -- holds nothing from exp on (a take sets them when it admits, a
+      -- and exp: the state to keep, packed by the struct format fmt (or
+      -- for a log, packed already in part), which holds nothing from exp on (a take sets them when it admits, a
       -- refund always). A take's answer is allowed (0 or 1), remaining,
       -- reset and retry (steps; retry < 0 means never) and counted (where
       -- an admitted cost was counted, for a refund).
-      local a, b, c, fmt, exp = 0, 0, 0, nil, nil
+      local a, b, c, fmt, exp, part = 0, 0, 0, nil, nil, nil
       local allowed, remaining, reset, retry, counted = 0, 0, 0, 0, 0

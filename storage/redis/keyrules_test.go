@@ -19,14 +19,21 @@ func TestKeyRulesReadAPlainValue(t *testing.T) {
 	server := redistest.Start(t)
 	store := New(server.Client(t))
 	ctx := context.Background()
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog} {
 		for _, n := range []int{1, 2} {
-			plain := []Rule{{Algorithm: alg, Limit: 1 << 30, Window: time.Hour}, {Algorithm: alg, Limit: 1 << 31, Window: 2 * time.Hour}}[:n]
+			limit, cost := int64(1<<30), int64(1<<29)
+			if alg == SlidingLog {
+				limit, cost = MaxLogLimit, MaxLogLimit/2 // a log value's counts lead each part
+			}
+			plain := []Rule{{Algorithm: alg, Limit: limit, Window: time.Hour}, {Algorithm: alg, Limit: 2 * limit, Window: 2 * time.Hour}}[:n]
+			if alg == SlidingLog {
+				plain[n-1].Limit = limit
+			}
 			keyed := append([]Rule(nil), plain...)
 			keyed[0].BlockFor, keyed[0].MinInterval = time.Hour, time.Millisecond
 			key := "plain:" + strconv.Itoa(int(alg)) + ":" + strconv.Itoa(n)
 			results := make([]Result, n)
-			_, err := store.TakeAll(ctx, key, plain, 1<<29, results) // counts whose bytes are large
+			_, err := store.TakeAll(ctx, key, plain, cost, results) // counts whose bytes are large
 			require.NoError(t, err)
 			spent := results[0].Remaining
 			ok, err := store.TakeAll(ctx, key, keyed, 1, results)

@@ -13,7 +13,15 @@ const (
 	SlidingWindow
 	// TokenBucket holds Burst tokens, refilled at Limit per Window.
 	TokenBucket
+	// SlidingLog keeps the time of every unit counted in the last Window
+	// and admits while they, with the cost, stay within Limit: exact over
+	// any window. A key's value holds 6 bytes per unit counted, so Limit
+	// is at most MaxLogLimit.
+	SlidingLog
 )
+
+// MaxLogLimit is the largest Limit of a SlidingLog rule.
+const MaxLogLimit = 10_000
 
 // Rule is what a decision is made against.
 type Rule struct {

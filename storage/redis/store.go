@@ -40,6 +40,10 @@ var (
 	slidingWindowLua string
 	//go:embed token_bucket.lua
 	tokenBucketLua string
+	//go:embed sliding_log_prelude.lua
+	slidingLogPreludeLua string
+	//go:embed sliding_log.lua
+	slidingLogLua string
 )
 
 // scriptSources are the scripts of the algorithms, and scripts their
@@ -49,11 +53,13 @@ var (
 		FixedWindow:   stateSizes(10, 10) + headLua + fixedWindowLua + tailLua,
 		SlidingWindow: stateSizes(14, 12) + headLua + slidingWindowLua + tailLua,
 		TokenBucket:   stateSizes(13, 11) + headLua + tokenBucketLua + tailLua,
+		SlidingLog:    stateSizes(-1, -1) + slidingLogPreludeLua + headLua + slidingLogLua + tailLua,
 	}
 	scripts = [...]*redis.Script{
 		FixedWindow:   redis.NewScript(scriptSources[FixedWindow]),
 		SlidingWindow: redis.NewScript(scriptSources[SlidingWindow]),
 		TokenBucket:   redis.NewScript(scriptSources[TokenBucket]),
+		SlidingLog:    redis.NewScript(scriptSources[SlidingLog]),
 	}
 )
 
@@ -302,7 +308,7 @@ func (s *Store) pack(arg *[argHeadSize + MaxRules*argRuleSize + 2*argBlockSize]b
 // check validates a rule of a call whose rules are all of alg, and returns
 // its window in steps (rounded up) and its step in ms (see Rule.Step).
 func (r Rule) check(alg Algorithm) (window, step int64, err error) {
-	if r.Algorithm < FixedWindow || r.Algorithm > TokenBucket {
+	if r.Algorithm < FixedWindow || r.Algorithm > SlidingLog {
 		return 0, 0, fmt.Errorf("unknown algorithm %d", r.Algorithm)
 	}
 	if r.Algorithm != alg {
@@ -312,6 +318,9 @@ func (r Rule) check(alg Algorithm) (window, step int64, err error) {
 		return 0, 0, fmt.Errorf("rule needs Limit > 0, Burst >= 0, Step >= 0 and Window >= 1ms, got %d (burst %d) per %v", r.Limit, r.Burst, r.Window)
 	}
 	quota := max(r.Limit, r.capacity())
+	if alg == SlidingLog && quota > MaxLogLimit {
+		return 0, 0, fmt.Errorf("limit %d is too large for SlidingLog: it must be at most %d (one entry per unit)", quota, MaxLogLimit)
+	}
 	if quota > math.MaxUint32 {
 		return 0, 0, fmt.Errorf("limit %d is too large: it must be below 2^32", quota)
 	}

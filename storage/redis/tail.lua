@@ -12,16 +12,19 @@
         if exp and exp > at then
           exp_all = max(exp_all, exp * step)
         elseif exp then
-          a, b, c = 0, 0, 0 -- a state that holds nothing
+          a, b, c, part = 0, 0, 0, '\0\0' -- a state that holds nothing
+        end
+        if exp and fmt then
+          part = pack(fmt, a, b, c)
         end
         if n == 1 then
           if exp then
-            value = pack(fmt, a, b, c)
+            value = part
           end
           remaining1, reset1, retry1, counted1 = remaining, reset * step, retry * step, counted
         else
           if exp then
-            value = value .. pack(fmt, a, b, c)
+            value = value .. part
           end
           answer = answer .. pack('<I4I7I7I7', remaining, reset * step, retry * step, counted)
         end

@@ -1,0 +1,164 @@
+package quota
+
+// slidingLog is the step function of the exact log: it keeps the time of
+// every unit counted in the last window, and admits a take while the units
+// in the window ending now, with the take's cost, stay within the limit.
+// State: a = the time of the newest entry (steps), b = the entries in the
+// log, c = the ring index of the oldest.
+//
+// The entries themselves live in a ring of r.limit slots that the backend
+// keeps for the key (see logs): a take reads them and changes only the
+// state; the backend then writes an admitted take's entries (logs.record),
+// so that a decision under several limits, one of which rejects, leaves
+// every ring as it was. Adjustments (refund, penalty, reward) write the
+// ring themselves. A cost of n is n entries of the same time.
+type slidingLog struct{}
+
+// maxLogLimit is the largest Max of a SlidingLog limit: a key keeps one
+// entry per unit of Max (8 bytes in memory, 6 on Redis).
+const maxLogLimit = 10_000
+
+// logs are the rings of one key's logs, one per limit, each of its
+// limit's length; nil for the other algorithms.
+type logs struct{ ring [maxLimits][]int64 }
+
+// ringOf is the ring of limit i, nil when lg is.
+func (lg *logs) ringOf(i int) []int64 {
+	if lg == nil {
+		return nil
+	}
+	return lg.ring[i]
+}
+
+// record writes the entries of a take of cost admitted under every limit
+// of ls, which each step counted in its state (b) at the newest time (a).
+func (lg *logs) record(sts *[maxStates]state, ls *limits, cost int64) {
+	for i := range ls.n {
+		s, ring := &sts[i], lg.ring[i]
+		for k := s.b - cost; k < s.b; k++ {
+			ring[(int64(s.c)+k)%int64(len(ring))] = s.a
+		}
+	}
+}
+
+// logAt returns the k-th oldest entry of a log whose oldest is at head.
+func logAt(ring []int64, head, k int64) int64 {
+	return ring[(head+k)%int64(len(ring))]
+}
+
+// live drops the entries of s that have left the window ending at now
+// (those at or before now - window) and any beyond the limit's newest,
+// and returns the time that counts as
+// now for the key (never before its newest entry), the oldest's index
+// and how many are left. The entries are in time order: a binary search.
+func (slidingLog) live(s state, ring []int64, now int64, r rule) (at, head, n int64) {
+	head, n = int64(s.c), s.b
+	if n == 0 {
+		return now, 0, 0
+	}
+	now = max(now, s.a) // time never goes back for a key
+	lo, hi := int64(0), n
+	for lo < hi {
+		mid := int64(uint64(lo+hi) >> 1)
+		if logAt(ring, head, mid) > now-r.window {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	head, n = head+lo, n-lo
+	if over := n - r.limit; over > 0 {
+		// A log kept from before Max was lowered: its newest limit
+		// entries, as the Lua twin reads it.
+		head, n = head+over, r.limit
+	}
+	return now, head % int64(len(ring)), n
+}
+
+func (g slidingLog) take(s *state, ring []int64, now int64, r rule, cost int64) Decision {
+	now, head, n := g.live(*s, ring, now, r)
+	oldest := now
+	if n > 0 {
+		oldest = logAt(ring, head, 0)
+	}
+	d := Decision{Limit: int(r.limit)}
+	switch {
+	case cost > r.limit:
+		d.RetryAfter = Never
+	case n+cost <= r.limit:
+		n += cost
+		newest := s.a
+		if cost > 0 {
+			newest = now
+		}
+		*s = state{}
+		if n > 0 {
+			*s = state{a: newest, b: n, c: uint32(head)}
+		}
+		d.Allowed = true
+		d.countedIn = now
+	default:
+		// The take fits once the entries before it have left: the
+		// (n+cost-limit)-th oldest is the last that must go.
+		d.RetryAfter = r.span(logAt(ring, head, n+cost-r.limit-1) + r.window - now)
+	}
+	d.Remaining = int(max(0, r.limit-n))
+	if n > 0 {
+		d.ResetAfter = r.span(oldest + r.window - now) // when the oldest leaves
+	}
+	return d
+}
+
+// adjust applies adj of cost units to s and its ring at now (see
+// adjustment): a penalty enters cost entries at now (dropping the oldest
+// when the log is full), a reward takes out the newest, and a refund
+// takes out up to cost entries of the time the take was counted at.
+func (g slidingLog) adjust(adj adjustment, s state, ring []int64, now int64, r rule, cost int64, d Decision) state {
+	now, head, n := g.live(s, ring, now, r)
+	newest := s.a
+	switch adj {
+	case penalty:
+		k := min(cost, r.limit)
+		if over := n + k - r.limit; over > 0 {
+			head, n = (head+over)%int64(len(ring)), n-over
+		}
+		for j := n; j < n+k; j++ {
+			ring[(head+j)%int64(len(ring))] = now
+		}
+		n += k
+		if k > 0 {
+			newest = now
+		}
+	case reward:
+		n -= min(cost, n)
+	default:
+		// The entries of the take's time end where the first later one
+		// begins; up to cost of them go, and the later ones move back.
+		end := n
+		for end > 0 && logAt(ring, head, end-1) > d.countedIn {
+			end--
+		}
+		k := int64(0)
+		for k < min(cost, end) && logAt(ring, head, end-1-k) == d.countedIn {
+			k++
+		}
+		for j := end; j < n; j++ {
+			ring[(head+j-k)%int64(len(ring))] = logAt(ring, head, j)
+		}
+		n -= k
+	}
+	if n == 0 {
+		return state{}
+	}
+	if adj != penalty {
+		newest = logAt(ring, head, n-1)
+	}
+	return state{a: newest, b: n, c: uint32(head)}
+}
+
+func (slidingLog) expiry(s state, r rule) int64 {
+	if s.b == 0 {
+		return 0
+	}
+	return s.a + r.window // when the newest entry leaves
+}

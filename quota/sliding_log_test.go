@@ -1,0 +1,220 @@
+package quota
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// logKey is one key of the sliding log as a backend keeps it: its state
+// and its ring, with the take's entries recorded after the decision.
+type logKey struct {
+	sts [maxStates]state
+	lg  logs
+	ls  limits
+}
+
+func newLogKey(r rule) *logKey {
+	k := &logKey{ls: one(r)}
+	k.lg.ring[0] = make([]int64, r.limit)
+	return k
+}
+
+func (k *logKey) take(now, cost int64) Decision {
+	var v Result
+	SlidingLog.decideInto(&v, &k.sts, &k.lg, now, &k.ls, cost)
+	if v.Allowed() && cost > 0 {
+		k.lg.record(&k.sts, &k.ls, cost)
+	}
+	return v.each[0]
+}
+
+func (k *logKey) refund(now, cost int64, d Decision) {
+	v := Result{n: 1}
+	v.each[0] = d
+	SlidingLog.refundAll(&k.sts, &k.lg, now, &k.ls, cost, &v)
+}
+
+// The log's step function, call by call with an injected clock: exact over
+// any window, Reset when the oldest entry leaves, Retry-After when the
+// take would fit, rejections counting nothing.
+func TestSlidingLogSteps(t *testing.T) {
+	const sec = time.Second
+	r := rule{limit: 3, burst: 3, window: 1000}
+	k := newLogKey(r)
+	steps := []struct {
+		at, cost int64
+		want     Decision
+	}{
+		{0, 1, allow(3, 2, sec)},
+		{100, 1, allow(3, 1, 900*time.Millisecond)},
+		{200, 1, allow(3, 0, 800*time.Millisecond)},
+		// Full: the first entry leaves at 1000.
+		{300, 1, deny(3, 0, 700*time.Millisecond, 700*time.Millisecond)},
+		{999, 1, deny(3, 0, time.Millisecond, time.Millisecond)},
+		// A cost of 0 fits even a full log.
+		{999, 0, allow(3, 0, time.Millisecond)},
+		// At 1000 the entry of 0 has left: the window is (0, 1000].
+		{1000, 1, allow(3, 0, 100*time.Millisecond)},
+		// A cost of 2 needs the two oldest (100, 200) gone: at 1200.
+		{1050, 2, deny(3, 0, 50*time.Millisecond, 150*time.Millisecond)},
+		{1200, 2, allow(3, 0, 800*time.Millisecond)},
+		// The log now holds 1000, 1200, 1200.
+		{1300, 4, deny(3, 0, 700*time.Millisecond, Never)},
+		// A key idle for a window has nothing left.
+		{5000, 3, allow(3, 0, sec)},
+	}
+	for i, st := range steps {
+		d := k.take(st.at, st.cost)
+		d.countedIn = 0
+		require.Equal(t, st.want, d, "step %d: cost %d at %d ms", i, st.cost, st.at)
+	}
+}
+
+// A refund takes out the entries of its own take, whatever was counted
+// after it; a penalty fills the log from now; a reward frees the newest.
+func TestSlidingLogAdjustments(t *testing.T) {
+	r := rule{limit: 4, burst: 4, window: 1000}
+	k := newLogKey(r)
+	first := k.take(0, 2)
+	require.True(t, first.Allowed)
+	require.True(t, k.take(100, 1).Allowed)
+	k.refund(200, 2, first) // the log holds 100
+	assert.Equal(t, 3, k.take(200, 0).Remaining)
+	assert.Equal(t, 900*time.Millisecond, k.take(200, 0).ResetAfter, "the oldest is now the entry of 100")
+
+	v := Result{n: 1, adjust: penalty}
+	SlidingLog.refundAll(&k.sts, &k.lg, 300, &k.ls, 9, &v) // more than the log holds
+	d := k.take(300, 1)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, time.Second, d.RetryAfter, "the penalty's entries, all at 300, leave at 1300")
+
+	v = Result{n: 1, adjust: reward}
+	SlidingLog.refundAll(&k.sts, &k.lg, 400, &k.ls, 1, &v)
+	assert.True(t, k.take(400, 1).Allowed)
+	assert.False(t, k.take(400, 1).Allowed)
+}
+
+// FuzzSlidingLog plays takes of random costs at random times against a
+// model that keeps every admitted take: the log admits a take exactly when
+// the cost admitted in the window ending now, with the take's, is at most
+// the limit, so never more than the limit in any window, and its
+// Remaining, Reset and Retry-After are the model's.
+func FuzzSlidingLog(f *testing.F) {
+	f.Add(uint8(3), uint16(1000), []byte{0, 1, 50, 1, 50, 1, 10, 2, 200, 3, 255, 1})
+	f.Add(uint8(1), uint16(10), []byte{1, 1, 1, 1, 9, 0, 1, 1})
+	f.Add(uint8(50), uint16(60000), []byte{255, 20, 255, 20, 255, 40, 3, 50})
+	f.Fuzz(func(t *testing.T, limitByte uint8, windowWord uint16, ops []byte) {
+		r := rule{limit: 1 + int64(limitByte)%60, window: 1 + int64(windowWord)}
+		r.burst = r.limit
+		k := newLogKey(r)
+		type taken struct{ at, cost int64 }
+		var log []taken
+		now := int64(0)
+		for step := 0; step < 150 && len(ops) >= 2; step++ {
+			now += int64(ops[0]) * (1 + r.window/64)
+			cost := int64(ops[1]) % (r.limit + 2)
+			ops = ops[2:]
+			for len(log) > 0 && log[0].at <= now-r.window {
+				log = log[1:] // left every window still to come
+			}
+			in, oldest := int64(0), int64(-1)
+			for _, e := range log {
+				if e.at > now-r.window {
+					in += e.cost
+					if oldest < 0 {
+						oldest = e.at
+					}
+				}
+			}
+			d := k.take(now, cost)
+			want := cost <= r.limit && in+cost <= r.limit
+			require.Equal(t, want, d.Allowed, "step %d: cost %d at %d with %d in the window", step, cost, now, in)
+			if d.Allowed && cost > 0 {
+				log = append(log, taken{now, cost})
+				in += cost
+				if oldest < 0 {
+					oldest = now
+				}
+			}
+			require.Equal(t, int(max(0, r.limit-in)), d.Remaining, "step %d", step)
+			if in > 0 {
+				require.Equal(t, millis(oldest+r.window-now), d.ResetAfter, "step %d", step)
+			}
+			switch {
+			case cost > r.limit:
+				require.Equal(t, Never, d.RetryAfter)
+			case !d.Allowed:
+				// The take fits once enough of the oldest have left, and not a
+				// millisecond sooner.
+				at := now + d.RetryAfter.Milliseconds()
+				sum := func(at int64) (s int64) {
+					for _, e := range log {
+						if e.at > at-r.window {
+							s += e.cost
+						}
+					}
+					return s
+				}
+				require.LessOrEqual(t, sum(at)+cost, r.limit, "step %d: not yet room at the Retry-After", step)
+				require.Greater(t, sum(at-1)+cost, r.limit, "step %d: room before the Retry-After", step)
+			}
+		}
+	})
+}
+
+// A log's Max is bounded at New, naming the field, and VaryMax is refused:
+// a key keeps one entry per unit of Max.
+func TestSlidingLogConfig(t *testing.T) {
+	_, err := New(Config{Algorithm: SlidingLog, Limits: []Limit{{Max: maxLogLimit, Expiration: time.Hour}}})
+	require.NoError(t, err)
+	_, err = New(Config{Algorithm: SlidingLog, Limits: []Limit{{Max: 5, Expiration: time.Minute}, {Max: maxLogLimit + 1, Expiration: time.Hour}}})
+	require.ErrorContains(t, err, "Limits[1].Max is 10001")
+	_, err = New(Config{Algorithm: SlidingLog, VaryMax: true, Limits: []Limit{PerMinute(5)}})
+	require.ErrorContains(t, err, "VaryMax")
+}
+
+// Once a key exists, a take of the log in memory allocates nothing, under
+// one limit and under several.
+func TestSlidingLogTakesAllocateNothing(t *testing.T) {
+	for _, limits := range [][]Limit{{PerMinute(100)}, {PerSecond(10), PerMinute(100), PerHour(1000)}} {
+		l, err := New(Config{Algorithm: SlidingLog, Limits: limits})
+		require.NoError(t, err)
+		ctx := context.Background()
+		_, err = l.Take(ctx, "key", 1)
+		require.NoError(t, err)
+		allocs := testing.AllocsPerRun(1000, func() {
+			_, _ = l.Take(ctx, "key", 1)
+		})
+		assert.Zero(t, allocs, "%d limits", len(limits))
+	}
+}
+
+// The in-memory manager keeps a log's entries through growth, sweeps and
+// compaction: many keys over many windows decide as one logKey each.
+func TestSlidingLogManagerMatchesModel(t *testing.T) {
+	var clock testClock
+	r := rule{limit: 4, burst: 4, window: 500}
+	ls := one(r)
+	m := testManager(SlidingLog, ls, 1<<16, clock.millis)
+	keys := map[string]*logKey{}
+	ctx := context.Background()
+	for i := range 100_000 {
+		clock.now.Add(int64(i % 3))
+		key := string(rune('a'+i%7)) + string(rune('a'+(i*31)%500))
+		k := keys[key]
+		if k == nil {
+			k = newLogKey(r)
+			keys[key] = k
+		}
+		cost := int64(i % 3)
+		want := k.take(clock.millis(), cost)
+		got, err := m.take(ctx, key, &ls, cost)
+		require.NoError(t, err)
+		require.Equal(t, want, got.each[0], "take %d on %s", i, key)
+	}
+	assert.Less(t, m.len(), len(keys), "the sweep dropped no key")
+}
