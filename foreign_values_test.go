@@ -34,7 +34,19 @@ func TestForeignValuesDoNotLockOut(t *testing.T) {
 	}
 	// sized is a value of the length of alg's one-limit state: its time (6
 	// bytes, little-endian ms) then fill.
+	//
+	// For the log it is a log of 100 entries, at least the fill's count
+	// above its Max, all of that time.
 	sized := func(alg string, at int64, fill byte) string {
+		if alg == "SlidingLog" {
+			b := []byte{100, 0}
+			for range 100 {
+				for i := range 6 {
+					b = append(b, byte(at>>(8*i)))
+				}
+			}
+			return string(b)
+		}
 		size := map[string]int{"FixedWindow": 10, "SlidingWindow": 12, "TokenBucket": 11}[alg]
 		b := bytes.Repeat([]byte{fill}, size)
 		for i := range 6 {
@@ -73,7 +85,7 @@ func TestForeignValuesDoNotLockOut(t *testing.T) {
 					StorageTimeout: 5 * time.Second, // a loaded machine: only the answers count here
 					OnStorageError: func(err error) { reported = append(reported, err) },
 				})
-				prefix := "limiter:" + name + ":" + map[string]string{"FixedWindow": "fw", "SlidingWindow": "sw", "TokenBucket": "tb"}[alg.name] + ":400ms:"
+				prefix := "limiter:" + name + ":" + map[string]string{"FixedWindow": "fw", "SlidingWindow": "sw", "TokenBucket": "tb", "SlidingLog": "sl"}[alg.name] + ":400ms:"
 
 				// A neighbour has counted two.
 				for range 2 {

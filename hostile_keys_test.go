@@ -133,7 +133,7 @@ func TestHostileKeysBothBackends(t *testing.T) {
 			return seq
 		}},
 	}
-	tags := map[string]string{"FixedWindow": ":fw:1m:", "SlidingWindow": ":sw:1m:", "TokenBucket": ":tb:1m:"} // the identity of a limiter without a Name
+	tags := map[string]string{"FixedWindow": ":fw:1m:", "SlidingWindow": ":sw:1m:", "TokenBucket": ":tb:1m:", "SlidingLog": ":sl:1m:"} // the identity of a limiter without a Name
 
 	// run plays every order through a fresh limiter from newStorage (nil:
 	// in memory) for each algorithm, then calls check with the algorithm.
@@ -202,7 +202,7 @@ func TestHostileKeysBothBackends(t *testing.T) {
 		srv := redistest.Start(t)
 		client := srv.Client(t)
 		ctx := context.Background()
-		maxTTL := map[string]time.Duration{"FixedWindow": time.Minute, "SlidingWindow": 2 * time.Minute, "TokenBucket": time.Minute}
+		maxTTL := map[string]time.Duration{"FixedWindow": time.Minute, "SlidingWindow": 2 * time.Minute, "TokenBucket": time.Minute, "SlidingLog": time.Minute}
 		newStorage := func(t *testing.T) fiber.Storage {
 			require.NoError(t, client.FlushDB(ctx).Err()) // each subtest starts from an empty database
 			return redis.New(srv.Client(t))

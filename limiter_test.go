@@ -55,6 +55,7 @@ var algorithms = []struct {
 	{"FixedWindow", FixedWindow{}},
 	{"SlidingWindow", SlidingWindow{}},
 	{"TokenBucket", TokenBucket{}},
+	{"SlidingLog", SlidingLog{}},
 }
 
 // headers is the rate-limit header set of a response, "" where absent.

@@ -235,6 +235,7 @@ func TestLimitsOnCluster(t *testing.T) {
 		{"FixedWindow", FixedWindow{}, "fw", time.Hour},
 		{"SlidingWindow", SlidingWindow{}, "sw", 2 * time.Hour}, // two windows
 		{"TokenBucket", TokenBucket{}, "tb", time.Hour},         // a full refill
+		{"SlidingLog", SlidingLog{}, "sl", time.Hour},           // the newest entry leaves
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -210,7 +210,7 @@ func TestRedisKeysHaveTTL(t *testing.T) {
 		for i := range 50 {
 			get(t, app, "/", "k"+strconv.Itoa(i%7))
 		}
-		keys, err := client.Keys(context.Background(), "limiter:ttl:"+map[string]string{"FixedWindow": "fw", "SlidingWindow": "sw", "TokenBucket": "tb"}[fiberName(l.mw)]+":*").Result()
+		keys, err := client.Keys(context.Background(), "limiter:ttl:"+map[string]string{"FixedWindow": "fw", "SlidingWindow": "sw", "TokenBucket": "tb", "SlidingLog": "sl"}[fiberName(l.mw)]+":*").Result()
 		require.NoError(t, err)
 		require.Len(t, keys, 7)
 		for _, k := range keys {

@@ -68,7 +68,7 @@ func hammer(t *testing.T, replicas []fasthttp.RequestHandler, key string, reques
 var algorithms = []struct {
 	name string
 	mw   Handler
-}{{"FixedWindow", FixedWindow{}}, {"SlidingWindow", SlidingWindow{}}, {"TokenBucket", TokenBucket{}}}
+}{{"FixedWindow", FixedWindow{}}, {"SlidingWindow", SlidingWindow{}}, {"TokenBucket", TokenBucket{}}, {"SlidingLog", SlidingLog{}}}
 
 // strict makes a Storage failure a 503 that hammer reports, with a
 // timeout long enough for a loaded machine under the race detector, so
