@@ -218,8 +218,9 @@ func TestLimitsPerSecondAndPerHour(t *testing.T) {
 					if i == 7 {
 						// The per-second limit rejects: its window ends in 1 s
 						// (the sliding estimate fits in 1.334 s, and its count
-						// is gone in 2); its bucket has a token in 334 ms.
-						want := map[string]headers{"FixedWindow": {"3", "0", "1", "1"}, "SlidingWindow": {"3", "0", "2", "2"}, "TokenBucket": {"3", "0", "1", "1"}}
+						// is gone in 2); its bucket has a token in 334 ms; the
+						// log's three entries leave in 1 s.
+						want := map[string]headers{"FixedWindow": {"3", "0", "1", "1"}, "SlidingWindow": {"3", "0", "2", "2"}, "TokenBucket": {"3", "0", "1", "1"}, "SlidingLog": {"3", "0", "1", "1"}}
 						assert.Equal(t, want[alg.name], headersOf(resp), "the per-second limit rejects")
 					}
 				}
@@ -239,8 +240,9 @@ func TestLimitsPerSecondAndPerHour(t *testing.T) {
 				require.NoError(t, err)
 				// The hour's fixed window ends 3598 s on; the sliding estimate
 				// fits 720 s into the next window; the bucket refills a token
-				// in 720 s, less the 2 s of refill since the first three.
-				want := map[string]int{"FixedWindow": 3598, "SlidingWindow": 3598 + 720, "TokenBucket": 718}[alg.name]
+				// in 720 s, less the 2 s of refill since the first three;
+				// the log's oldest entry, of 0 s, leaves 3598 s on.
+				want := map[string]int{"FixedWindow": 3598, "SlidingWindow": 3598 + 720, "TokenBucket": 718, "SlidingLog": 3598}[alg.name]
 				assert.Equal(t, want, retry, "Retry-After is the hourly limit's")
 				assert.Equal(t, "5", resp.Header.Get("X-RateLimit-Limit"))
 			})
@@ -328,6 +330,8 @@ func algOf(mw LimiterHandler) quota.Algorithm {
 		return quota.SlidingWindow
 	case TokenBucket:
 		return quota.TokenBucket
+	case SlidingLog:
+		return quota.SlidingLog
 	}
 	return quota.FixedWindow
 }

@@ -30,6 +30,8 @@ const (
 	rOursFixedUnbatch = "ours-fixed-unbatched"
 	rOursSliding      = "ours-sliding"
 	rOursToken        = "ours-token"
+	rOursFixed100     = "ours-fixed, Max 100"
+	rOursLog100       = "ours-log, Max 100"
 	rEngineFixed      = "ours-fixed [engine]"
 	rRedisRate        = "redis_rate"
 	rRedisRateAuto    = "redis_rate [autopipeline]"
@@ -70,6 +72,23 @@ func oursStoreVariant(name string, alg redis.Algorithm, keys []string, opts ...r
 			if err == nil && !res.Allowed {
 				err = errors.New("rejected")
 			}
+			return err
+		}
+		return &redisSession{func() func(int) error { return decide }, func() { _ = store.Close() }}, nil
+	}}
+}
+
+// strictVariant is this module's Store called directly under a limit that
+// rejects: Max 100 per 10 ms, so that the hot key's state is always full
+// (for the log, 100 entries read on every call and written on every
+// admission, 600 bytes each way). Rejections are decisions too.
+func strictVariant(name string, alg redis.Algorithm, keys []string) *redisVariant {
+	return &redisVariant{name, "Store.Take", func(srv *redisServer, pool int) (*redisSession, error) {
+		store := redis.New(srv.client(pool))
+		rule := redis.Rule{Algorithm: alg, Limit: 100, Window: 10 * time.Millisecond}
+		ctx := context.Background()
+		decide := func(i int) error {
+			_, err := store.Take(ctx, keys[i], rule, 1)
 			return err
 		}
 		return &redisSession{func() func(int) error { return decide }, func() { _ = store.Close() }}, nil
@@ -160,6 +179,8 @@ func redisVariants(n int, o options) []*redisVariant {
 		oursStoreVariant(rOursFixedUnbatch, redis.FixedWindow, sk("s:fwb:"), redis.WithoutBatching()),
 		oursStoreVariant(rOursSliding, redis.SlidingWindow, sk("s:sw:")),
 		oursStoreVariant(rOursToken, redis.TokenBucket, sk("s:tb:")),
+		strictVariant(rOursFixed100, redis.FixedWindow, sk("s:fw100:")),
+		strictVariant(rOursLog100, redis.SlidingLog, sk("s:sl100:")),
 		engineVariant(rEngineFixed, sk("e:fw:"), o),
 		{rRedisRate, "Limiter.Allow", func(srv *redisServer, pool int) (*redisSession, error) {
 			client := srv.client(pool)
@@ -242,6 +263,7 @@ var redisPairs = [][2]string{
 	{rOursFixedUnpiped, rRedisRate},
 	{rOursFixedUnpiped, rUlule},
 	{rOursToken, rRedisRate},
+	{rOursLog100, rOursFixed100},
 	{rOursFixed, rOursFixedUnpiped},
 	{rOursFixed, rOursFixedUnbatch},
 	{rMwOursFixed, rMwFiber},
