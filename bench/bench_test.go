@@ -121,9 +121,25 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 
+	// Figure 7: every cell played its trace, and the estimate erred
+	// somewhere (it is an estimate).
+	wrong := 0
+	for _, m := range estimateMaxes {
+		for _, load := range estimateLoads {
+			c := r.estimate.cells[m][load]
+			if c.requests == 0 || c.admitted == 0 || c.logAdmitted == 0 {
+				t.Errorf("estimate: Max %d at %.1fx: %+v", m, load, c)
+			}
+			wrong += c.wrongAdmit + c.wrongReject
+		}
+	}
+	if wrong == 0 {
+		t.Error("estimate: the sliding window never decided otherwise than the log")
+	}
+
 	// The table names every figure and every peer.
 	for _, want := range []string{
-		"## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "command: go test", "GOMAXPROCS=",
+		"## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "command: go test", "GOMAXPROCS=",
 		vFiberFixed, vFiberSliding, vUluleMem, rRedisRate, rUlule, rMwFiber, "fiber-fixed-redis",
 		rOursFixed, rOursFixedUnpiped, rMwOursFixed, "ours-fixed / redis_rate", vFloor + " / " + vFiberFixed,
 	} {

@@ -33,7 +33,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	redisKeys := fs.Int("redis-keys", 0, "distinct keys of the many-key Redis columns (default 100000, 10000 with -quick)")
 	redisTime := fs.Duration("redis-time", 0, "length of one Redis measurement (default 350ms, 60ms with -quick)")
 	callers := fs.String("callers", "", "comma-separated concurrent callers of figures 3, 4 and 6 (default 1,8,64)")
-	only := fs.String("only", "", "comma-separated figures to run, of 1, 2, 3 (with 4), 5 and 6 (default all)")
+	only := fs.String("only", "", "comma-separated figures to run, of 1, 2, 3 (with 4), 5, 6 and 7 (default all)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -71,8 +71,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		o.figures = map[int]bool{}
 		for _, n := range list {
-			if n != 1 && n != 2 && n != 3 && n != 5 && n != 6 {
-				return options{}, fmt.Errorf("-only %q: no figure %d; figures are 1, 2, 3 (with 4), 5 and 6", *only, n)
+			if n != 1 && n != 2 && n != 3 && n != 5 && n != 6 && n != 7 {
+				return options{}, fmt.Errorf("-only %q: no figure %d; figures are 1, 2, 3 (with 4), 5, 6 and 7", *only, n)
 			}
 			o.figures[n] = true
 		}

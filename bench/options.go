@@ -32,7 +32,7 @@ type options struct {
 	redisKeys int
 	// callers are the numbers of concurrent callers of the Redis figures.
 	callers []int
-	// figures, when not empty, are the only figures run (1, 2, 3, 5, 6;
+	// figures, when not empty, are the only figures run (1, 2, 3, 5, 6, 7;
 	// 3 gives figure 4 too).
 	figures map[int]bool
 
@@ -44,6 +44,9 @@ type options struct {
 
 	// ceilingRequests is redis-benchmark's -n.
 	ceilingRequests int
+
+	// estimateWindows is how many windows each cell of figure 7 plays.
+	estimateWindows int
 
 	// storageTimeout, when not zero, replaces the limiter's default
 	// StorageTimeout in the Redis handler variants (for slow test builds).
@@ -74,6 +77,7 @@ func defaultOptions() options {
 		replicaRequests: 5000,
 		replicaLimit:    1000,
 		ceilingRequests: 200_000,
+		estimateWindows: 20_000,
 	}
 }
 
@@ -87,5 +91,6 @@ func quickOptions() options {
 	o.redisTime = 60 * time.Millisecond
 	o.redisKeys = 10_000
 	o.ceilingRequests = 20_000
+	o.estimateWindows = 500
 	return o
 }

@@ -21,6 +21,7 @@ type report struct {
 	throughput *throughputResult
 	replicas   *replicasResult
 	ceiling    *ceilingResult
+	estimate   *estimateResult
 }
 
 // progressf writes one progress line, when o has somewhere to write it.
@@ -93,6 +94,11 @@ func runAll(o options) (*report, error) {
 			return nil, fmt.Errorf("figure 6: %w", err)
 		}
 	}
+	if o.runs(7) {
+		if r.estimate, err = runEstimate(o); err != nil {
+			return nil, fmt.Errorf("figure 7: %w", err)
+		}
+	}
 	r.elapsed = time.Since(start)
 	return r, nil
 }
@@ -121,6 +127,9 @@ func (r *report) write(w io.Writer) {
 	}
 	if r.ceiling != nil {
 		figures = append(figures, r.ceiling.tables())
+	}
+	if r.estimate != nil {
+		figures = append(figures, r.estimate.tables())
 	}
 	for _, ts := range figures {
 		for _, t := range ts {

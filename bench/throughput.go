@@ -207,7 +207,7 @@ func (r *throughputResult) tables() []*table {
 		title:  "3. Redis decisions per second (hot = one key; " + count(r.keys) + " = distinct keys in turn; ×N = concurrent callers)",
 		header: header("variant", "via"),
 		notes: append([]string{
-			"Median over rounds of admitted decisions/s; limit 10^9 per minute, so every decision is admitted. A fresh client per measurement, pool size = callers.",
+			"Median over rounds of admitted decisions/s; limit 10^9 per minute, so every decision is admitted, but in the Max 100 rows: 100 per 10 ms, where the hot key's state is always full (a log of 100 entries) and most of its decisions, counted too, are rejections. A fresh client per measurement, pool size = callers.",
 			"ours-* pipeline concurrent calls by default (storage/redis), and decide the calls a pipeline carries to one node in one batch-script call per algorithm and slot; -unbatched uses redis.WithoutBatching() (a script call per decision, pipelined); -unpipelined uses redis.WithoutPipelining(). [mw] = Fiber middleware via app.Handler(), no network.",
 			"redis_rate [autopipeline]: redis_rate over go-redis's experimental Client.AutoPipeline() (v9.22+), which pipelines concurrent commands of any kind.",
 			"ours [mw] = limiter.Config{Storage: redis.New(client)} on a default go-redis client, FailClosed; -ctxtimeout: the client has ContextTimeoutEnabled, which spares the limiter's per-call timeout goroutine.",
