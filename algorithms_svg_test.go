@@ -179,7 +179,7 @@ func svgFixedStarts(reqs []svgRequest, window int64) []int64 {
 	return starts
 }
 
-// TestAlgorithmsSVG drives FixedWindow, SlidingWindow and TokenBucket with
+// TestAlgorithmsSVG drives FixedWindow, SlidingWindow, TokenBucket and SlidingLog with
 // the same traffic under the rule of 10 requests per 10 s, checks what each
 // admits against counts worked out by hand and against what each promises,
 // and draws the outcome into docs/algorithms.svg: the test fails when that
@@ -189,6 +189,7 @@ func TestAlgorithmsSVG(t *testing.T) {
 	fixed := svgRun(t, FixedWindow{}, phases)
 	sliding := svgRun(t, SlidingWindow{}, phases)
 	bucket := svgRun(t, TokenBucket{}, phases)
+	log := svgRun(t, SlidingLog{}, phases)
 	total := len(fixed)
 	require.Equal(t, 103, total)
 
@@ -231,12 +232,21 @@ func TestAlgorithmsSVG(t *testing.T) {
 	//   - bucket: full again since 30 s; each second two requests want 2
 	//     tokens and 1 refills, so 19 pass to 45.0 s, then
 	//     every other one, at 46, 47, ..., 59 s: 19+14 = 33.
+	//
+	// The log, phase by phase: 10 of the burst; at 10 s the entry of 0 s
+	// has left (a window is (t-10 s, t]) and at 11 s all the burst's, so
+	// 10 s and 11 s pass: 2; at 19.50 s it holds 10 s and 11 s, so 8 pass
+	// to 19.85 s, and 20.00 s once 10 s has left: 9; from 36 s it admits
+	// 10 (to 40.5 s), then each entry leaves 10 s after it came: 46.0 to
+	// 50.5 s pass, 51.0 to 55.5 s find it full again, 56.0 to 59.5 s pass:
+	// 10+10+8 = 28.
 	want := map[string][4]int{
 		"fixed":   {10, 2, 18, 28},
 		"sliding": {10, 1, 9, 26},
 		"bucket":  {10, 10, 10, 33},
+		"log":     {10, 2, 9, 28},
 	}
-	for name, reqs := range map[string][]svgRequest{"fixed": fixed, "sliding": sliding, "bucket": bucket} {
+	for name, reqs := range map[string][]svgRequest{"fixed": fixed, "sliding": sliding, "bucket": bucket, "log": log} {
 		var got [4]int
 		for p := range got {
 			got[p] = svgAdmitted(reqs, p)
@@ -302,10 +312,15 @@ func TestAlgorithmsSVG(t *testing.T) {
 	assert.Equal(t, svgMax+int(refilled), svgAdmitted(bucket, 3), "bucket: Burst plus refill from 36 s")
 	assert.Equal(t, int64(19), svgMostIn(bucket, svgWindow), "bucket: most in any 10 s")
 
+	// Sliding log: exactly Max in its busiest span of one window, never
+	// more.
+	assert.Equal(t, int64(svgMax), svgMostIn(log, svgWindow), "log: most in any 10 s")
+
 	got := svgDraw(phases, []svgLane{
 		{name: "Fixed window", reqs: fixed, starts: starts},
 		{name: "Sliding window", reqs: sliding},
 		{name: "Token bucket", reqs: bucket},
+		{name: "Sliding log", reqs: log},
 	})
 	if *updateSVG {
 		require.NoError(t, os.MkdirAll(filepath.Dir(svgPath), 0o755))
@@ -383,9 +398,9 @@ func svgDraw(phases []svgPhase, lanes []svgLane) string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%s" viewBox="0 0 %d %s" font-family="sans-serif" font-size="12" fill="%s">`,
 		svgWidth, svgNum(height), svgWidth, svgNum(height), svgInk)
-	p(`<title>Fixed window, sliding window and token bucket under the same traffic, 10 requests per 10 s</title>`)
+	p(`<title>Fixed window, sliding window, token bucket and sliding log under the same traffic, 10 requests per 10 s</title>`)
 	p(`<rect width="100%%" height="100%%" fill="#ffffff"/>`)
-	p(`<text x="16" y="28" font-size="17" font-weight="bold">10 requests per 10 s; same traffic for all three</text>`)
+	p(`<text x="16" y="28" font-size="17" font-weight="bold">10 requests per 10 s; same traffic for all four</text>`)
 	p(`<text x="16" y="48" fill="%s">Each mark is one request from one client, stacked per 0.5 s, earliest at the bottom; drawn by TestAlgorithmsSVG from the real middleware.</text>`, svgMuted)
 
 	// The phases of the traffic, each with a bracket over its span.
