@@ -24,7 +24,9 @@ type Decision struct {
 	// Remaining is how many requests of cost 1 would still be admitted right
 	// now, in [0, Limit].
 	Remaining int
-	// ResetAfter is the time until the key's quota is fully available again.
+	// ResetAfter is the time until the key's quota is fully available
+	// again; for SlidingLog, until the oldest counted unit leaves the
+	// window (and Remaining grows).
 	ResetAfter time.Duration
 	// RetryAfter is zero for an admitted request. For a rejected one it is the
 	// time until the same request would be admitted, or Never when it

@@ -4,14 +4,17 @@
 // net/http middlewares of this module are thin adapters over it.
 //
 // A Limit is Max units of cost per Expiration. A Limiter decides each take
-// under its limits with one of three algorithms:
+// under its limits with one of four algorithms:
 //
 //   - FixedWindow: at most Max units in a window of Expiration that starts
 //     at a key's first counted take;
 //   - SlidingWindow: the previous window's count, weighted by how much of
 //     it still overlaps, plus the current one's, stays within Max;
 //   - TokenBucket: a bucket of Burst tokens (default Max) refilled at Max
-//     per Expiration; a take of cost n takes n tokens.
+//     per Expiration; a take of cost n takes n tokens;
+//   - SlidingLog: the time of every unit counted in the last Expiration is
+//     kept, and they, with the take's cost, stay within Max: exact over any
+//     window, for Max up to 10,000.
 //
 // A take that is rejected counts nothing, and several limits (10 a second
 // and 1000 an hour) are decided as one: a take that one rejects counts

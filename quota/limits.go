@@ -155,7 +155,11 @@ func (a Algorithm) decideInto(v *Result, sts *[maxStates]state, lg *logs, now in
 	a.plausible(sts, now, ls)
 	v.n = ls.n
 	if ls.n == 1 {
-		v.each[0] = a.stepIn(lg, 0, &sts[0], ls.r[0].at(now), ls.r[0], cost)
+		if a == SlidingLog {
+			v.each[0] = slidingLog{}.take(&sts[0], lg.ringOf(0), ls.r[0].at(now), ls.r[0], cost)
+			return
+		}
+		v.each[0] = a.step(&sts[0], ls.r[0].at(now), ls.r[0], cost) // the common path: one call less
 		return
 	}
 	var next [maxStates]state
