@@ -78,7 +78,8 @@ type Result struct {
 	Limit int64
 	// Remaining is how many requests of cost 1 would be admitted now.
 	Remaining int64
-	// ResetAfter is the time until the quota is fully back.
+	// ResetAfter is the time until the quota is fully back; for SlidingLog,
+	// until the oldest counted unit leaves the window.
 	ResetAfter time.Duration
 	// RetryAfter is zero when allowed; when rejected, the time until the
 	// same request would be admitted, or Never.

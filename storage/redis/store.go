@@ -8,7 +8,8 @@
 // its own over any redis.UniversalClient of go-redis v9.
 //
 // Each algorithm is a Lua script (fixed_window.lua, sliding_window.lua,
-// token_bucket.lua, each between head.lua and tail.lua) run with EVALSHA, falling back to
+// token_bucket.lua and sliding_log.lua, after its sliding_log_prelude.lua,
+// each between head.lua and tail.lua) run with EVALSHA, falling back to
 // EVAL when the server does not have it (after a restart or SCRIPT FLUSH).
 // Time comes from the server's TIME unless WithClock is given, so processes
 // with skewed clocks agree; time is kept in milliseconds. Every write sets a

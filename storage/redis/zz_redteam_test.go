@@ -229,15 +229,16 @@ func TestZZLogBatchMatchesSingle(t *testing.T) {
 					pending = append(pending, took{key: key, cost: cost}) // results filled below
 				}
 			}
-			b.exec(ctx, batched)
-			// One MULTI/EXEC, so that no key expires by Redis's own clock
-			// between the calls (as none does inside the batch script).
-			tx := client.TxPipeline()
-			for _, call := range single {
-				call.cmd = scriptCmd(ctx, "eval", scriptSources[SlidingLog], call.key, call.arg)
-				_ = tx.Process(ctx, call.cmd)
+			// Keys must not expire by Redis's own (real) clock between the
+			// rounds, as the two copies were written at different moments.
+			for _, key := range []string{"k0", "k1", "k2"} {
+				client.PExpire(ctx, fmt.Sprintf("b%d:%s", seed, key), time.Hour)
+				client.PExpire(ctx, fmt.Sprintf("s%d:%s", seed, key), time.Hour)
 			}
-			_, _ = tx.Exec(ctx)
+			b.exec(ctx, batched)
+			for _, call := range single {
+				call.cmd = runScript(ctx, client, SlidingLog, call.key, call.arg)
+			}
 			for i, call := range single {
 				want, werr := call.cmd.Result()
 				got, gerr := batched[i].cmd.Result()
