@@ -157,7 +157,7 @@ func (u *unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
 // exactly Max of 200 concurrent requests are admitted, for each algorithm.
 func TestExactAcrossReplicas(t *testing.T) {
 	server := redistest.Start(t)
-	for _, alg := range []quota.Algorithm{quota.FixedWindow, quota.SlidingWindow, quota.TokenBucket} {
+	for _, alg := range []quota.Algorithm{quota.FixedWindow, quota.SlidingWindow, quota.TokenBucket, quota.SlidingLog} {
 		t.Run(alg.String(), func(t *testing.T) {
 			var replicas []http.Handler
 			for range 3 {

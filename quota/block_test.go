@@ -3,6 +3,8 @@ package quota
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,6 +101,38 @@ func TestBlockForAcrossReplicas(t *testing.T) {
 	assert.False(t, res.Allowed())
 	assert.Greater(t, res.RetryAfter(), 59*time.Minute, "the other replica sees the block")
 	assert.Equal(t, SourceBackend, res.Source())
+}
+
+// On Redis MinInterval holds across replicas, for every algorithm: of
+// takes sent at once from three replicas, each with its own client and
+// deny cache, one is admitted within the gap, whatever the limits allow.
+func TestMinIntervalAcrossReplicas(t *testing.T) {
+	server := redistest.Start(t)
+	for _, alg := range allAlgorithms {
+		t.Run(alg.name(), func(t *testing.T) {
+			var replicas []*Limiter
+			for range 3 {
+				l, err := New(Config{Algorithm: alg, Limits: []Limit{PerMinute(100)}, MinInterval: time.Hour,
+					Redis: server.Client(t), Name: "gap-replicas", FailurePolicy: FailClosed, StorageTimeout: 10 * time.Second})
+				require.NoError(t, err)
+				replicas = append(replicas, l)
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 60 {
+				wg.Go(func() {
+					res, err := replicas[i%3].Take(context.Background(), "k", 1)
+					assert.NoError(t, err)
+					assert.Equal(t, SourceBackend, res.Source())
+					if res.Allowed() {
+						admitted.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			assert.Equal(t, int64(1), admitted.Load())
+		})
+	}
 }
 
 // With MinInterval, no two admitted takes of a cost are closer than it, on
