@@ -22,9 +22,9 @@ type Config struct {
 
 	// Max is the number of requests (units of Cost) a key may make per
 	// Expiration. For TokenBucket it is the refill rate: Max tokens per
-	// Expiration. Must be 0 (the default) to 2^32-1; any value works with
-	// any Expiration (see Expiration). For several limits at once, see
-	// Limits.
+	// Expiration. Must be 0 (the default) to 2^32-1, and for SlidingLog at
+	// most 10,000; any value works with any Expiration (see Expiration).
+	// For several limits at once, see Limits.
 	//
 	// Default: 5
 	Max int
@@ -34,7 +34,8 @@ type Config struct {
 	// result <= 0 means no limit for that request: it passes uncounted and
 	// without headers. Results above 2^32-1 are capped there. The limiter
 	// keeps time in steps fit for the largest result (see Expiration): 1 ms
-	// for windows up to about 8.7 minutes, 8 ms for an hour.
+	// for windows up to about 8.7 minutes, 8 ms for an hour. SlidingLog
+	// takes none (its keys keep one entry per unit of Max): New panics.
 	//
 	// Optional. Default: nil
 	MaxFunc func(c *fiber.Ctx) int
@@ -273,7 +274,8 @@ type Config struct {
 	// MaxKeys caps how many keys the in-memory manager tracks, so a flood of
 	// distinct keys cannot exhaust memory (a key costs about 64 bytes plus
 	// its length, and keys longer than 64 bytes are kept as a 32-byte
-	// digest). The cap is enforced per shard, MaxKeys/256 keys each (rounded
+	// digest; under SlidingLog 8 bytes more per unit of Max, and the keys
+	// are also bounded so that the logs hold at most 256 MiB). The cap is enforced per shard, MaxKeys/256 keys each (rounded
 	// up), so it can bite a little before MaxKeys keys in all. When a new key
 	// arrives at a full shard, it takes the slot of the key closest to its
 	// reset among 8 sampled at random (an expired key always is), which

@@ -130,6 +130,9 @@ func TestQuickRun(t *testing.T) {
 			if c.requests == 0 || c.admitted == 0 || c.logAdmitted == 0 {
 				t.Errorf("estimate: Max %d at %.1fx: %+v", m, load, c)
 			}
+			if c.logOver != 0 {
+				t.Errorf("estimate: Max %d at %.1fx: the log left more than Max in a window %d times", m, load, c.logOver)
+			}
 			wrong += c.wrongAdmit + c.wrongReject
 		}
 	}

@@ -28,6 +28,7 @@ var estimateMaxes = []int{10, 100}
 type estimateCell struct {
 	requests, wrongAdmit, wrongReject, admitted int
 	logAdmitted                                 int // by SlidingLog on the same trace
+	logOver                                     int // its admissions that left more than Max in a window: 0
 }
 
 // estimateResult holds figure 7, by Max and load.
@@ -40,14 +41,14 @@ type estimateResult struct {
 // load through a SlidingWindow limiter on a clock of its own.
 func runEstimate(o options) (*estimateResult, error) {
 	r := &estimateResult{windows: o.estimateWindows, cells: map[int]map[float64]estimateCell{}}
-	for _, max := range estimateMaxes {
-		r.cells[max] = map[float64]estimateCell{}
+	for _, m := range estimateMaxes {
+		r.cells[m] = map[float64]estimateCell{}
 		for _, load := range estimateLoads {
-			c, err := estimateOne(max, load, o.estimateWindows)
+			c, err := estimateOne(m, load, o.estimateWindows)
 			if err != nil {
 				return nil, err
 			}
-			r.cells[max][load] = c
+			r.cells[m][load] = c
 		}
 	}
 	return r, nil
@@ -74,7 +75,7 @@ func estimateOne(limit int, load float64, windows int) (estimateCell, error) {
 	rng := rand.New(rand.NewPCG(uint64(limit), math.Float64bits(load)))
 	meanGap := float64(window.Milliseconds()) / (load * float64(limit)) // ms between arrivals
 	end := now.Add(time.Duration(windows) * window)
-	var admitted []time.Time // the sliding window's admissions still in the window
+	var admitted, logged []time.Time // each one's admissions still in the window
 	var c estimateCell
 	ctx := context.Background()
 	for {
@@ -84,6 +85,9 @@ func estimateOne(limit int, load float64, windows int) (estimateCell, error) {
 		}
 		for len(admitted) > 0 && !admitted[0].After(now.Add(-window)) {
 			admitted = admitted[1:]
+		}
+		for len(logged) > 0 && !logged[0].After(now.Add(-window)) {
+			logged = logged[1:]
 		}
 		exact := len(admitted) < limit
 		res, err := l.Take(ctx, "k", 1)
@@ -96,6 +100,9 @@ func estimateOne(limit int, load float64, windows int) (estimateCell, error) {
 		}
 		if logRes.Allowed() {
 			c.logAdmitted++
+			if logged = append(logged, now); len(logged) > limit {
+				c.logOver++
+			}
 		}
 		c.requests++
 		switch ok := res.Allowed(); {

@@ -71,7 +71,8 @@ type Config struct {
 	LimitReached fiber.Handler
 
 	// Max is the number of requests (units of Cost) a key may make per
-	// Expiration; for TokenBucket, the refill rate. 0 to 2^32-1.
+	// Expiration; for TokenBucket, the refill rate. 0 to 2^32-1, and for
+	// SlidingLog at most 10,000 (and no MaxFunc).
 	//
 	// Optional. Default: 5
 	Max int
@@ -194,7 +195,7 @@ type Config struct {
 	BlockFor time.Duration
 
 	// MaxKeys bounds the keys kept in memory (in memory, or by
-	// FailFallback).
+	// FailFallback); under SlidingLog, so do 256 MiB of logs.
 	//
 	// Optional. Default: 1 << 20
 	MaxKeys int
@@ -244,7 +245,8 @@ type Config struct {
 
 // Limit is one of several limits (Config.Limits).
 type Limit struct {
-	// Max is the number of units per Expiration: 1 to 2^32-1.
+	// Max is the number of units per Expiration: 1 to 2^32-1, and for
+	// SlidingLog at most 10,000.
 	Max int
 	// Expiration is the window's length, at least 1 ms.
 	Expiration time.Duration

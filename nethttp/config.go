@@ -26,7 +26,8 @@ type Config struct {
 	Next func(r *http.Request) bool
 
 	// Max is the number of requests (units of Cost) a key may make per
-	// Expiration; for TokenBucket, the refill rate. 0 to 2^32-1.
+	// Expiration; for TokenBucket, the refill rate. 0 to 2^32-1, and for
+	// quota.SlidingLog at most 10,000 (and no MaxFunc).
 	//
 	// Optional. Default: 5
 	Max int
@@ -172,7 +173,8 @@ type Config struct {
 	// Optional. Default: 0 (none)
 	BlockFor time.Duration
 
-	// MaxKeys bounds the keys kept in memory.
+	// MaxKeys bounds the keys kept in memory; under quota.SlidingLog, so
+	// do 256 MiB of logs.
 	//
 	// Optional. Default: 1 << 20
 	MaxKeys int

@@ -34,6 +34,8 @@ func (a Algorithm) penalize(s state, now int64, r rule, cost int64) state {
 		return fixedWindow{}.penalize(s, now, r, cost)
 	case SlidingWindow:
 		return slidingWindow{}.penalize(s, now, r, cost)
+	case SlidingLog:
+		panic("limiter: internal error: SlidingLog's penalty needs its log (slidingLog.adjust)")
 	}
 	return tokenBucket{}.penalize(s, now, r, cost)
 }
@@ -45,6 +47,8 @@ func (a Algorithm) reward(s state, now int64, r rule, cost int64) state {
 		return fixedWindow{}.reward(s, now, r, cost)
 	case SlidingWindow:
 		return slidingWindow{}.reward(s, now, r, cost)
+	case SlidingLog:
+		panic("limiter: internal error: SlidingLog's reward needs its log (slidingLog.adjust)")
 	}
 	return tokenBucket{}.reward(s, now, r, cost)
 }

@@ -162,17 +162,10 @@ func (a Algorithm) step(s *state, now int64, r rule, cost int64) Decision {
 		return fixedWindow{}.take(s, now, r, cost)
 	case SlidingWindow:
 		return slidingWindow{}.take(s, now, r, cost)
+	case SlidingLog:
+		panic("limiter: internal error: SlidingLog's step needs its log (slidingLog.take)")
 	}
 	return tokenBucket{}.take(s, now, r, cost)
-}
-
-// stepIn is step under limit i of a key whose logs are lg (nil but for
-// SlidingLog).
-func (a Algorithm) stepIn(lg *logs, i int, s *state, now int64, r rule, cost int64) Decision {
-	if a == SlidingLog {
-		return slidingLog{}.take(s, lg.ringOf(i), now, r, cost)
-	}
-	return a.step(s, now, r, cost)
 }
 
 // refund credits cost units of an admitted request back, in the window that
@@ -183,6 +176,8 @@ func (a Algorithm) refund(s state, now int64, r rule, cost int64, d Decision) st
 		return fixedWindow{}.refund(s, now, r, cost, d)
 	case SlidingWindow:
 		return slidingWindow{}.refund(s, now, r, cost, d)
+	case SlidingLog:
+		panic("limiter: internal error: SlidingLog's refund needs its log (slidingLog.adjust)")
 	}
 	return tokenBucket{}.refund(s, now, r, cost, d)
 }

@@ -17,8 +17,8 @@ import (
 // Limit is one quota: Max units of cost per Expiration.
 type Limit struct {
 	// Max is the number of units a key may take per Expiration: 1 to
-	// 2^32-1. For TokenBucket it is the refill rate, Max tokens per
-	// Expiration.
+	// 2^32-1, and for SlidingLog to 10,000. For TokenBucket it is the
+	// refill rate, Max tokens per Expiration.
 	Max int
 	// Expiration is the window's length (for TokenBucket, the time Max
 	// tokens take to refill): at least 1 ms, any length up to the longest
@@ -41,7 +41,7 @@ func PerHour(max int) Limit { return Limit{Max: max, Expiration: time.Hour} }
 // Config configures a Limiter. Only Limits is required.
 type Config struct {
 	// Algorithm decides under each limit: FixedWindow (the default),
-	// SlidingWindow or TokenBucket.
+	// SlidingWindow, TokenBucket or SlidingLog.
 	Algorithm Algorithm
 
 	// Limits are decided together: a request is admitted when every one
@@ -102,6 +102,7 @@ type Config struct {
 
 	// VaryMax lets TakeWith set the first limit's Max per call (a plan, an
 	// API key). Time is then kept in steps fit for the largest Max, 2^32-1.
+	// SlidingLog takes none: New returns an error.
 	//
 	// Optional. Default: false
 	VaryMax bool
@@ -131,7 +132,9 @@ type Config struct {
 
 	// MaxKeys bounds the keys kept in memory, by this limiter's in-memory
 	// state or FailFallback's: at the bound, a new key takes the place of
-	// one that ends soon.
+	// one that ends soon. A key takes about 64 bytes besides its length;
+	// under SlidingLog 8 more per unit of each limit's Max, and the keys
+	// are also bounded so that the logs hold at most 256 MiB.
 	//
 	// Optional. Default: 1<<20
 	MaxKeys int
@@ -266,7 +269,7 @@ func newLimiter(cfg Config) (*Limiter, error) {
 		l.store = newGuardedStore(newStorageBackend(cfg.Storage, l.alg, prefix, clock), false, &cfg, l.alg, n)
 		l.backend, identity = "storage", cfg.Storage
 	default:
-		l.memory = newManager(l.alg, l.base.states(), cfg.MaxKeys, cfg.clock)
+		l.memory = newManager(l.alg, l.base.states(), memoryKeys(l.alg, &l.base, cfg.MaxKeys), cfg.clock)
 		if l.alg == SlidingLog {
 			l.memory.useLogs(&l.base)
 		}

@@ -166,7 +166,11 @@ func (a Algorithm) decideInto(v *Result, sts *[maxStates]state, lg *logs, now in
 	allowed := true
 	for i := range ls.n {
 		next[i] = sts[i]
-		v.each[i] = a.stepIn(lg, i, &next[i], ls.r[i].at(now), ls.r[i], cost)
+		if a == SlidingLog {
+			v.each[i] = slidingLog{}.take(&next[i], lg.ringOf(i), ls.r[i].at(now), ls.r[i], cost)
+		} else {
+			v.each[i] = a.step(&next[i], ls.r[i].at(now), ls.r[i], cost)
+		}
 		allowed = allowed && v.each[i].Allowed
 	}
 	if allowed {
@@ -176,7 +180,11 @@ func (a Algorithm) decideInto(v *Result, sts *[maxStates]state, lg *logs, now in
 	for i := range ls.n {
 		if v.each[i].Allowed {
 			s := sts[i]
-			v.each[i] = a.stepIn(lg, i, &s, ls.r[i].at(now), ls.r[i], 0)
+			if a == SlidingLog {
+				v.each[i] = slidingLog{}.take(&s, lg.ringOf(i), ls.r[i].at(now), ls.r[i], 0)
+			} else {
+				v.each[i] = a.step(&s, ls.r[i].at(now), ls.r[i], 0)
+			}
 			v.each[i].Allowed, v.each[i].countedIn = false, 0 // nothing was counted
 		}
 	}

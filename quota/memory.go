@@ -22,6 +22,13 @@ import (
 //     so a million keys add nothing to what each GC cycle scans;
 //   - shrinking: a Go map never gives memory back after its keys go.
 //
+// Under SlidingLog an entry also has its logs, a ring of Max entries per
+// limit, in the shard's logs at the entry's index: fixed-size, so that a
+// lookup finds them without a pointer, and moved with the entry when the
+// shard is compacted. That costs 8 bytes per unit of Max per key whether
+// the log is full or not, which is why the log's Max is at most 10,000
+// and its keys are bounded by memory too (see logMemory).
+//
 // A limiter with several limits keeps the states of all of them in one
 // entry: the first in the entry itself, the others in the shard's more,
 // n-1 states per entry at the entry's index, so that one lookup decides
@@ -85,7 +92,7 @@ type shard struct {
 	takes   uint32
 	stride  int // states in more per entry
 	// logStride is the entries an entry's logs hold in logs (the sum of
-	// its limits); logAt[i] is where limit i's ring begins among them.
+	// its limits); logOff[i] is where limit i's ring begins among them.
 	logStride int
 	logOff    [maxLimits + 1]int
 	atCap     int // inserts at the cap since the last compaction there
@@ -235,7 +242,7 @@ func (m *manager) refund(_ context.Context, key string, ls *limits, cost int64, 
 	}
 	var lg *logs
 	if s.logStride > 0 {
-		if i < 0 && v.adjust == penalty {
+		if i < 0 && v.adjust == penalty && cost > 0 {
 			// A penalty on a key that has none: its entries need a ring.
 			i = s.insert(k, klen, uint32(h), now)
 		}

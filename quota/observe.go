@@ -33,7 +33,8 @@ type DecisionEvent struct {
 	// time until the same request would be admitted (by every limit), or
 	// Never.
 	RetryAfter time.Duration
-	// Algorithm is "fixed_window", "sliding_window" or "token_bucket".
+	// Algorithm is "fixed_window", "sliding_window", "token_bucket" or
+	// "sliding_log".
 	Algorithm string
 	// Backend is "memory" (the in-memory manager), "redis" (the atomic
 	// Lua store) or "storage" (another Storage).

@@ -1,5 +1,7 @@
 package quota
 
+import "github.com/fiberlimit/limiter/storage/redis"
+
 // slidingLog is the step function of the exact log: it keeps the time of
 // every unit counted in the last window, and admits a take while the units
 // in the window ending now, with the take's cost, stay within the limit.
@@ -16,7 +18,29 @@ type slidingLog struct{}
 
 // maxLogLimit is the largest Max of a SlidingLog limit: a key keeps one
 // entry per unit of Max (8 bytes in memory, 6 on Redis).
-const maxLogLimit = 10_000
+const maxLogLimit = redis.MaxLogLimit
+
+// logMemory bounds what the in-memory manager's logs hold, in bytes: a
+// key's logs take 8 bytes per unit of each limit's Max, so under
+// SlidingLog the manager keeps at most logMemory / (64 + 8 × the sum of
+// Max) keys when MaxKeys allows more (about 310,000 keys at Max 100, 3,300
+// at Max 10,000), and a shard's logs, 1 MiB, are copied in well under a
+// millisecond when it grows or is compacted. Past that a new key takes the place of one that ends soon, as
+// at MaxKeys.
+const logMemory = 256 << 20
+
+// memoryKeys is the most keys an in-memory manager of alg under ls keeps,
+// given MaxKeys.
+func memoryKeys(alg Algorithm, ls *limits, maxKeys int) int {
+	if alg != SlidingLog {
+		return maxKeys
+	}
+	perKey := int64(64)
+	for i := range ls.n {
+		perKey += 8 * ls.r[i].limit
+	}
+	return int(min(int64(maxKeys), max(shardCount, logMemory/perKey)))
+}
 
 // logs are the rings of one key's logs, one per limit, each of its
 // limit's length; nil for the other algorithms.
@@ -100,11 +124,12 @@ func (g slidingLog) take(s *state, ring []int64, now int64, r rule, cost int64) 
 	default:
 		// The take fits once the entries before it have left: the
 		// (n+cost-limit)-th oldest is the last that must go.
-		d.RetryAfter = r.span(logAt(ring, head, n+cost-r.limit-1) + r.window - now)
+		// (Within a window: a log of other times holds no longer.)
+		d.RetryAfter = r.span(min(r.window, logAt(ring, head, n+cost-r.limit-1)-now+r.window))
 	}
 	d.Remaining = int(max(0, r.limit-n))
 	if n > 0 {
-		d.ResetAfter = r.span(oldest + r.window - now) // when the oldest leaves
+		d.ResetAfter = r.span(min(r.window, oldest-now+r.window)) // when the oldest leaves
 	}
 	return d
 }

@@ -2,6 +2,9 @@ package quota
 
 import (
 	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -217,4 +220,93 @@ func TestSlidingLogManagerMatchesModel(t *testing.T) {
 		require.Equal(t, want, got.each[0], "take %d on %s", i, key)
 	}
 	assert.Less(t, m.len(), len(keys), "the sweep dropped no key")
+}
+
+// A Storage value that is not a log of these limits reads as no state:
+// truncated, of another layout, with more entries than a log may hold, or
+// with entries out of time order or after the newest. A log written under
+// a larger Max keeps its newest Max entries.
+func TestSlidingLogDecodeRejectsForeignValues(t *testing.T) {
+	r := rule{limit: 3, burst: 3, window: 1000}
+	ls := one(r)
+	const now = 5000
+	valid := func(times ...int64) []byte {
+		var sts [maxStates]state
+		lg := newLogs(&limits{n: 1, r: [maxLimits]rule{{limit: int64(max(len(times), 1))}}})
+		copy(lg.ring[0], times)
+		sts[0] = state{a: times[len(times)-1], b: int64(len(times))}
+		return encodeLogs(encodeStates(&sts, 1, now+1000), &sts, lg, &ls)
+	}
+	read := func(raw []byte) (state, []int64) {
+		var sts [maxStates]state
+		lg := newLogs(&ls)
+		decodeLogs(raw, now, &ls, &sts, lg)
+		return sts[0], lg.ring[0][:sts[0].b]
+	}
+	s, entries := read(valid(4100, 4200))
+	assert.Equal(t, state{a: 4200, b: 2}, s)
+	assert.Equal(t, []int64{4100, 4200}, entries)
+	s, entries = read(valid(4100, 4200, 4300, 4400, 4500))
+	assert.Equal(t, state{a: 4500, b: 3}, s, "a log of a larger Max keeps its newest")
+	assert.Equal(t, []int64{4300, 4400, 4500}, entries)
+
+	good := valid(4100, 4200)
+	bad := map[string][]byte{
+		"truncated":       good[:len(good)-1],
+		"longer":          append(append([]byte(nil), good...), 0),
+		"another version": append([]byte{stateVersion}, good[1:]...),
+		"out of order":    valid(4200, 4100),
+		"empty":           nil,
+	}
+	after := append([]byte(nil), good...)
+	after[len(after)-1]++ // the newest entry lies after the state's newest
+	bad["after the newest"] = after
+	huge := append([]byte(nil), good...)
+	binary.BigEndian.PutUint64(huge[stateHeadSize+8:], maxLogLimit+1)
+	bad["too many entries"] = huge
+	for name, raw := range bad {
+		s, _ := read(raw)
+		assert.Equal(t, state{}, s, name)
+	}
+}
+
+// At its cap the manager hands a dropped key's slot, logs and all, to a new
+// key: the new key starts with nothing, and no kept key ever has fewer
+// units left than its own history allows.
+func TestSlidingLogManagerAtItsCap(t *testing.T) {
+	var clock testClock
+	r := rule{limit: 5, burst: 5, window: 10_000}
+	ls := one(r)
+	m := testManager(SlidingLog, ls, 4*shardCount, clock.millis)
+	keys := map[string]*logKey{}
+	forgot := map[string]bool{}
+	rng := rand.New(rand.NewPCG(4, 2))
+	ctx := context.Background()
+	for i := range 50_000 {
+		clock.now.Add(int64(rng.IntN(3)))
+		key := "k" + strconv.Itoa(rng.IntN(5000))
+		k := keys[key]
+		fresh := k == nil
+		if fresh {
+			k = newLogKey(r)
+			keys[key] = k
+		}
+		cost := int64(rng.IntN(3))
+		model := k.take(clock.millis(), cost)
+		got, err := m.take(ctx, key, &ls, cost)
+		require.NoError(t, err)
+		d := got.each[0]
+		if fresh {
+			require.True(t, d.Allowed, "take %d: a new key %s", i, key)
+			require.Equal(t, int(r.limit-cost), d.Remaining, "take %d: a new key %s starts empty", i, key)
+		}
+		if !forgot[key] {
+			require.GreaterOrEqual(t, d.Remaining, model.Remaining, "take %d: %s has more counted than it took", i, key)
+			if d.Remaining > model.Remaining {
+				forgot[key] = true // dropped at the cap: no longer comparable
+			}
+		}
+	}
+	assert.Positive(t, len(forgot), "the cap never dropped a key")
+	assert.LessOrEqual(t, m.len(), 4*shardCount)
 }

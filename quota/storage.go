@@ -195,7 +195,8 @@ func encodeLogs(buf []byte, sts *[maxStates]state, lg *logs, ls *limits) []byte 
 
 // decodeLogs reads what encodeLogs wrote into sts and lg as decodeStates
 // does; each log keeps at most its limit's newest entries, in its ring
-// from index 0. Anything else leaves them fresh.
+// from index 0. Anything else (entries out of time order, or after the
+// newest the state names) leaves them fresh.
 func decodeLogs(raw []byte, now int64, ls *limits, sts *[maxStates]state, lg *logs) {
 	n := ls.states()
 	head := stateHeadSize + n*stateLimitSize
@@ -221,8 +222,18 @@ func decodeLogs(raw []byte, now int64, ls *limits, sts *[maxStates]state, lg *lo
 	for i := range ls.n {
 		s, ring := read[i], lg.ring[i]
 		skip := max(0, s.b-int64(len(ring)))
-		for k := skip; k < s.b; k++ {
-			ring[k-skip] = int64(binary.BigEndian.Uint64(p[8*k:]))
+		prev := int64(math.MinInt64)
+		for k := range s.b {
+			// In time order, none after the newest (a): else not a log of
+			// ours, and no state.
+			t := int64(binary.BigEndian.Uint64(p[8*k:]))
+			if t < prev || t > s.a {
+				return
+			}
+			prev = t
+			if k >= skip {
+				ring[k-skip] = t
+			}
 		}
 		p = p[8*s.b:]
 		read[i] = state{}

@@ -100,7 +100,7 @@ func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg *Config, alg Algo
 	}
 	if cfg.FailurePolicy == FailFallback {
 		ls := limitsOf(cfg)
-		g.fallback = newManager(alg, ls.states(), cfg.MaxKeys, cfg.clock)
+		g.fallback = newManager(alg, ls.states(), memoryKeys(alg, &ls, cfg.MaxKeys), cfg.clock)
 		if alg == SlidingLog {
 			g.fallback.useLogs(&ls)
 		}

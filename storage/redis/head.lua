@@ -110,7 +110,7 @@ local block_end, gap_end, key_changed, reject_rest = 0, 0, false, nil
 -- written without them is read whole, its counts as they are.
 local states_size = stored and #stored - suffix
 -- (state_size < 0: the logs of sliding_log_prelude.lua, of any length.)
-if suffix > 0 and states_size and (states_size == 0 or states_size == state_size * n or
+if suffix > 0 and states_size and states_size >= 0 and (states_size == 0 or states_size == state_size * n or
     n == 1 and states_size == state_size1 or state_size < 0 and log_part(stored, states_size, n, 1)) then
   if blocking then
     block_end = unpack('<I6', stored, #stored - suffix + 1)

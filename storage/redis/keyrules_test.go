@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +42,43 @@ func TestKeyRulesReadAPlainValue(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, ok, "algorithm %d, %d limits: not blocked", alg, n)
 			assert.Equal(t, spent-1, results[0].Remaining, "algorithm %d, %d limits: the counts are kept", alg, n)
+		}
+	}
+}
+
+// A value shorter than the key rules' suffix, or of any length near it,
+// is no state of ours and fails no call: every algorithm, one limit and
+// two, batched and not, with BlockFor and MinInterval.
+func TestKeyRulesReadShortValues(t *testing.T) {
+	server := redistest.Start(t)
+	rdb := server.Client(t)
+	ctx := context.Background()
+	for _, opts := range [][]Option{nil, {WithoutBatching()}} {
+		store := New(server.Client(t), opts...)
+		for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog} {
+			for _, n := range []int{1, 2} {
+				rules := []Rule{{Algorithm: alg, Limit: 5, Window: time.Minute}, {Algorithm: alg, Limit: 9, Window: time.Hour}}[:n]
+				rules[0].BlockFor, rules[0].MinInterval = time.Minute, time.Millisecond
+				results := make([]Result, n)
+				for size := range 16 {
+					key := "short:" + strconv.Itoa(int(alg)) + ":" + strconv.Itoa(n) + ":" + strconv.Itoa(size) + ":" + strconv.Itoa(len(opts))
+					require.NoError(t, rdb.Set(ctx, key, strings.Repeat("\x05", size), 0).Err())
+					// Several at once, so that a batch holds them.
+					var wg sync.WaitGroup
+					for range 4 {
+						wg.Go(func() {
+							_, err := store.TakeAll(ctx, key, rules, 1, make([]Result, n))
+							assert.NoError(t, err, "algorithm %d, %d limits, %d bytes", alg, n, size)
+						})
+					}
+					wg.Wait()
+					_, err := store.TakeAll(ctx, key, rules, 0, results)
+					require.NoError(t, err)
+					ttl, err := rdb.PTTL(ctx, key).Result()
+					require.NoError(t, err)
+					assert.Positive(t, ttl, "algorithm %d, %d limits, %d bytes: the key ends", alg, n, size)
+				}
+			}
 		}
 	}
 }

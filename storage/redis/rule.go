@@ -27,7 +27,8 @@ const MaxLogLimit = 10_000
 type Rule struct {
 	Algorithm Algorithm
 	// Limit is the units admitted per Window (the token bucket's refill per
-	// Window). Must be > 0 and below 2^32 (the same for Burst); see Step.
+	// Window). Must be > 0 and below 2^32 (the same for Burst), and for
+	// SlidingLog at most MaxLogLimit; see Step.
 	Limit int64
 	// Burst is the token bucket's capacity; 0 means Limit. Ignored by the
 	// windows.

@@ -82,10 +82,11 @@ elseif count + cost <= limit then
     exp = unpack('<I6', entries, 6 * count - 5) + window -- the newest leaves
   end
 else
-  -- The take fits once the (count + cost - limit)-th oldest has left.
-  retry = unpack('<I6', entries, 6 * (count + cost - limit) - 5) + window - now
+  -- The take fits once the (count + cost - limit)-th oldest has left
+  -- (within a window: a log of another program's times holds no longer).
+  retry = min(window, unpack('<I6', entries, 6 * (count + cost - limit) - 5) + window - now)
 end
 if count > 0 then
-  reset = oldest + window - now -- when the oldest leaves
+  reset = min(window, oldest + window - now) -- when the oldest leaves
 end
 remaining = max(0, limit - count)
