@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -309,4 +310,49 @@ func TestSlidingLogManagerAtItsCap(t *testing.T) {
 	}
 	assert.Positive(t, len(forgot), "the cap never dropped a key")
 	assert.LessOrEqual(t, m.len(), 4*shardCount)
+}
+
+// A reward or a refund made with a clock behind the key's newest entry (a
+// replica whose clock lags) answers alike in memory, on Redis and in any
+// Storage: as a take of 0 at the request's time, raised to the newest
+// entry the adjustment leaves.
+func TestSlidingLogAdjustmentsWithTheClockBehind(t *testing.T) {
+	server := redistest.Start(t)
+	ls := limits{n: 2}
+	ls.r[0] = rule{limit: 3, burst: 3, window: 1000}
+	ls.r[1] = rule{limit: 5, burst: 5, window: 5000}
+	var clock testClock
+	base := time.Now().UnixMilli()
+	backends := []backend{
+		testManager(SlidingLog, ls, 1<<10, clock.millis),
+		newRedisBackend(server.Client(t), nil, SlidingLog, "behind:", &Config{clock: clock.millis}),
+		newStorageBackend(&mapStorage{m: map[string][]byte{}}, SlidingLog, "behind:", clock.millis),
+	}
+	ctx := context.Background()
+	for _, adj := range []adjustment{reward, refundTaken} {
+		key := "k" + strconv.Itoa(int(adj))
+		var last [3]Result
+		for _, at := range []int64{0, 400} {
+			clock.now.Store(base + at)
+			for i, b := range backends {
+				v, err := b.take(ctx, key, &ls, 1)
+				require.NoError(t, err)
+				last[i] = v
+			}
+		}
+		clock.now.Store(base + 100) // 300 ms behind the newest entry
+		var got [3]Result
+		for i, b := range backends {
+			v := Result{n: ls.n, adjust: adj}
+			if adj == refundTaken {
+				v = last[i]
+			}
+			after, err := b.refund(ctx, key, &ls, 1, &v)
+			require.NoError(t, err)
+			got[i] = after
+		}
+		assert.Equal(t, got[0], got[1], "adjustment %d: memory and Redis", adj)
+		assert.Equal(t, got[0], got[2], "adjustment %d: memory and Storage", adj)
+		assert.Equal(t, 2, got[0].each[0].Remaining, "adjustment %d", adj)
+	}
 }

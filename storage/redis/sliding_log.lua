@@ -10,8 +10,9 @@ if at0 then
 elseif found and #stored > 0 then
   repair = true
 end
+local newest = 0
 if count > 0 then
-  local newest = unpack('<I6', entries, 6 * count - 5)
+  newest = unpack('<I6', entries, 6 * count - 5)
   if newest > now + ahead then
     entries, count, repair = '', 0, true
   else
@@ -36,6 +37,14 @@ while lo < hi do
 end
 if lo > 0 then
   entries, count = sub(entries, 6 * lo + 1), count - lo
+end
+-- A log kept after an entry later than its newest is out of time order:
+-- another program's value, read as no state (and given a TTL, if nothing
+-- is written), so that what it holds cannot hold the key for longer than
+-- the rule would. (Checking the first entry kept is enough: any entry out
+-- of order becomes the first kept once the entries before it have left.)
+if count > 0 and unpack('<I6', entries, 1) > newest then
+  entries, count, repair = '', 0, true
 end
 
 if refund then
@@ -63,6 +72,12 @@ if refund then
       k = k + 1
     end
     entries, count = sub(entries, 1, 6 * (last - k)) .. sub(entries, 6 * last + 1), count - k
+  end
+  -- The answer is a take's of cost 0 at the request's time, raised to the
+  -- newest entry left (as refundAll's decide raises it).
+  now = at
+  if count > 0 then
+    now = max(now, unpack('<I6', entries, 6 * count - 5))
   end
   cost = 0
 end
