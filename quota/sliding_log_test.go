@@ -170,6 +170,113 @@ func FuzzSlidingLog(f *testing.F) {
 	})
 }
 
+// FuzzSlidingLogAdjustments plays takes, refunds, penalties and rewards on
+// one key under two limits (the second with three times the first's
+// window) against a model that keeps, per limit, the time of every unit
+// counted and still in its window: a take is admitted when both have room
+// and enters cost units in both; a refund takes out up to its cost of the
+// units of its take's time; a penalty enters up to the limit's units at
+// now, the oldest leaving when they do not fit; a reward takes out the
+// newest. After every operation each limit's Remaining is the model's.
+func FuzzSlidingLogAdjustments(f *testing.F) {
+	f.Add(uint8(3), uint16(100), []byte{0, 2, 10, 1, 3, 1, 20, 4, 0, 1, 5, 9, 2, 40, 3, 1, 1, 2})
+	f.Add(uint8(1), uint16(5), []byte{1, 0, 1, 2, 1, 3, 0, 1, 0, 2, 2, 7})
+	f.Fuzz(func(t *testing.T, limitByte uint8, windowWord uint16, ops []byte) {
+		ls := limits{n: 2}
+		ls.r[0] = rule{limit: 1 + int64(limitByte)%12, window: 1 + int64(windowWord)%5000}
+		ls.r[1] = rule{limit: ls.r[0].limit + int64(limitByte)/12%8, window: 3 * ls.r[0].window}
+		k := &logKey{ls: ls}
+		for i := range ls.n {
+			ls.r[i].burst = ls.r[i].limit
+			k.ls.r[i].burst = ls.r[i].limit
+			k.lg.ring[i] = make([]int64, ls.r[i].limit)
+		}
+		model := [2][]int64{} // each limit's units in its window, oldest first
+		type taken struct{ at, cost int64 }
+		var held []taken
+		now := int64(0)
+		trim := func() {
+			for i := range model {
+				for len(model[i]) > 0 && model[i][0] <= now-ls.r[i].window {
+					model[i] = model[i][1:]
+				}
+			}
+		}
+		for step := 0; step < 120 && len(ops) >= 3; step++ {
+			op, wait, arg := ops[0]%4, int64(ops[1]), int64(ops[2])
+			ops = ops[3:]
+			now += wait * (1 + ls.r[0].window/32)
+			trim()
+			cost := arg % (ls.r[1].limit + 2)
+			var v Result
+			switch op {
+			case 0: // take
+				SlidingLog.decideInto(&v, &k.sts, &k.lg, now, &k.ls, cost)
+				fits := true
+				for i := range model {
+					fits = fits && int64(len(model[i]))+cost <= ls.r[i].limit
+				}
+				require.Equal(t, fits, v.Allowed(), "step %d: take of %d at %d, model %v", step, cost, now, model)
+				if v.Allowed() && cost > 0 {
+					k.lg.record(&k.sts, &k.ls, cost)
+					for i := range model {
+						for range cost {
+							model[i] = append(model[i], now)
+						}
+					}
+					held = append(held, taken{now, cost})
+				}
+			case 1: // refund of a held take
+				if len(held) == 0 {
+					continue
+				}
+				j := int(arg) % len(held)
+				h := held[j]
+				held = append(held[:j], held[j+1:]...)
+				v = Result{n: 2}
+				v.each[0].countedIn, v.each[1].countedIn = h.at, h.at
+				SlidingLog.refundAll(&k.sts, &k.lg, now, &k.ls, h.cost, &v)
+				for i := range model {
+					end := len(model[i])
+					for end > 0 && model[i][end-1] > h.at {
+						end--
+					}
+					n := 0
+					for n < int(h.cost) && end-1-n >= 0 && model[i][end-1-n] == h.at {
+						n++
+					}
+					model[i] = append(model[i][:end-n], model[i][end:]...)
+				}
+			case 2: // penalty
+				v = Result{n: 2, adjust: penalty}
+				SlidingLog.refundAll(&k.sts, &k.lg, now, &k.ls, cost, &v)
+				for i := range model {
+					n := min(cost, ls.r[i].limit)
+					if over := int64(len(model[i])) + n - ls.r[i].limit; over > 0 {
+						model[i] = model[i][over:]
+					}
+					for range n {
+						model[i] = append(model[i], now)
+					}
+				}
+			case 3: // reward
+				v = Result{n: 2, adjust: reward}
+				SlidingLog.refundAll(&k.sts, &k.lg, now, &k.ls, cost, &v)
+				for i := range model {
+					model[i] = model[i][:len(model[i])-int(min(cost, int64(len(model[i]))))]
+				}
+			}
+			probe := k.sts
+			var after Result
+			SlidingLog.decideInto(&after, &probe, &k.lg, now, &k.ls, 0)
+			for i := range model {
+				want := int(max(0, ls.r[i].limit-int64(len(model[i]))))
+				require.Equal(t, want, after.each[i].Remaining, "step %d: op %d of %d at %d, limit %d, model %v", step, op, cost, now, i, model[i])
+			}
+		}
+	})
+}
+
 // A log's Max is bounded at New, naming the field, and VaryMax is refused:
 // a key keeps one entry per unit of Max.
 func TestSlidingLogConfig(t *testing.T) {
