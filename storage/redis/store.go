@@ -24,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/fiberlimit/limiter/internal/timestep"
@@ -188,10 +190,11 @@ const (
 	argPenalty    = 4 // with argRefund
 	argReward     = 8 // with argRefund
 	argUpTo       = 16
-	argBlock      = 32 // the first rule's BlockFor follows the rules
-	argGap        = 64 // the first rule's MinInterval follows them (and BlockFor)
-	argBlockSize  = 6  // each
-	resGrantSize  = 5  // what an up-to take granted, after the rules' parts
+	argBlock      = 32  // the first rule's BlockFor follows the rules
+	argGap        = 64  // the first rule's MinInterval follows them (and BlockFor)
+	argOnce       = 128 // a take once per request: its record's lifetime follows all
+	argBlockSize  = 6   // each
+	resGrantSize  = 5   // what an up-to take granted, after the rules' parts
 	resAllowed    = 1
 	argHeadSize   = 1 + 5 + 6
 	argRuleSize   = 4 + 4 + 7 + 4 + 7
@@ -350,6 +353,37 @@ func runScript(ctx context.Context, client redis.UniversalClient, alg Algorithm,
 	return cmd
 }
 
+// runScriptOnce is runScript for a take once per request, whose answer is
+// kept in record, a key of key's hash slot.
+func runScriptOnce(ctx context.Context, client redis.UniversalClient, alg Algorithm, key, record, arg string) *redis.StringCmd {
+	cmd := redis.NewStringCmd(ctx, "evalsha", scripts[alg].Hash(), 2, key, record, arg)
+	cmd.SetFirstKeyPos(3)
+	_ = client.Process(ctx, cmd)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = redis.NewStringCmd(ctx, "eval", scriptSources[alg], 2, key, record, arg)
+		cmd.SetFirstKeyPos(3)
+		_ = client.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// slotTags are, for each Redis Cluster hash slot, a hash tag ("{n}") whose
+// keys lie in that slot: made once, when a take once first needs one.
+var slotTags = sync.OnceValue(func() *[16384]string {
+	var tags [16384]string
+	left := len(tags)
+	for n := 0; left > 0; n++ {
+		tag := "{" + strconv.Itoa(n) + "}"
+		if s := hashSlot(tag); tags[s] == "" {
+			tags[s], left = tag, left-1
+		}
+	}
+	return &tags
+})
+
+// slotTag is the hash tag of slot.
+func slotTag(slot int) string { return slotTags()[slot] }
+
 // scriptCmd is EVAL or EVALSHA (name) of script with key and arg.
 func scriptCmd(ctx context.Context, name, script, key, arg string) *redis.StringCmd {
 	cmd := redis.NewStringCmd(ctx, name, script, 1, key, arg)
@@ -401,6 +435,49 @@ func (s *Store) TakeAll(ctx context.Context, key string, rules []Rule, cost int6
 		return false, err
 	}
 	return decodeResults(res, rules, results)
+}
+
+// TakeOnceAll is TakeAll made once per request: record names where the
+// first call's answer is kept, for ttl (rounded up to whole ms, at most
+// 2^48-1 ms), and a call with the same record within ttl gets that answer
+// again, counts nothing and reports repeat. The check, the take and the
+// record are one script call, so replicas that send the same request at
+// once count it once. The record is a key of its own, beside key's: the
+// Store puts a hash tag in front of record so that it lies in key's hash
+// slot (Cluster), and the call goes to key's server (Ring). Give each
+// request a record of its own, such as a digest of key and the request's
+// Idempotency-Key. A call once per request is not batched with others.
+func (s *Store) TakeOnceAll(ctx context.Context, key, record string, ttl time.Duration, rules []Rule, cost int64, results []Result) (allowed, repeat bool, err error) {
+	if len(results) < len(rules) {
+		return false, false, fmt.Errorf("limiter: redis take: %d results for %d rules", len(results), len(rules))
+	}
+	if len(rules) == 0 || len(rules) > MaxRules {
+		return false, false, fmt.Errorf("limiter: redis take: %d rules; give 1 to %d", len(rules), MaxRules)
+	}
+	if cost < 0 || ttl <= 0 {
+		return false, false, fmt.Errorf("limiter: redis take: cost %d and ttl %v; a take once needs a cost >= 0 and a ttl > 0", cost, ttl)
+	}
+	var buf [argHeadSize + MaxRules*argRuleSize + 2*argBlockSize]byte
+	packed, err := s.pack(&buf, rules, cost, 0, nil)
+	if err != nil {
+		return false, false, fmt.Errorf("limiter: redis take: %w", err)
+	}
+	packed[0] |= argOnce
+	arg := make([]byte, len(packed)+argBlockSize)
+	copy(arg, packed)
+	putUint(arg[len(packed):], uint64(min(timestep.Millis(ttl), max6)))
+	recordKey := slotTag(hashSlot(key)) + record
+	alg := rules[0].Algorithm
+	cmd := runScriptOnce(ctx, s.calls, alg, key, recordKey, string(arg))
+	res, err := cmd.Result()
+	if err != nil {
+		return false, false, fmt.Errorf("limiter: redis take: %w", err)
+	}
+	if want := resHeadSize + len(rules)*resRuleSize; len(res) == want+1 {
+		res, repeat = res[:want], true
+	}
+	allowed, err = decodeResults(res, rules, results)
+	return allowed, repeat, err
 }
 
 // TakeUpToAll takes as much of cost as every rule has room for now, in

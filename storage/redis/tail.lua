@@ -132,7 +132,13 @@ end
 -- limit i can never admit the request), then for each limit remaining (4
 -- bytes), reset, retry and counted (7 each). A refund's is the state it
 -- leaves, as a take of cost 0 would see it.
+local reply
 if n == 1 then
-  return pack('<BI4I7I7I7', admitted + never, remaining1, reset1, retry1, counted1) .. granted
+  reply = pack('<BI4I7I7I7', admitted + never, remaining1, reset1, retry1, counted1) .. granted
+else
+  reply = pack('<B', admitted + never) .. answer .. granted
 end
-return pack('<B', admitted + never) .. answer .. granted
+if once then
+  redis.call('SET', KEYS[2], reply, 'PX', once_ms)
+end
+return reply

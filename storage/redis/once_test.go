@@ -1,0 +1,125 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A take once per request counts a record's first call only: a repeat
+// within the ttl gets the first answer again, marked as a repeat, whether
+// that was an admission or a rejection, and counts nothing; after the ttl
+// the record is gone and the same record counts again. Every algorithm.
+func TestTakeOnce(t *testing.T) {
+	for _, a := range algorithms {
+		t.Run(a.name, func(t *testing.T) {
+			c := newClock()
+			store, rdb, _ := newStore(t, c)
+			ctx := context.Background()
+			rules := []Rule{{Algorithm: a.alg, Limit: 2, Window: time.Hour}}
+			res := make([]Result, 1)
+			take := func(record string) (bool, bool, Result) {
+				t.Helper()
+				ok, repeat, err := store.TakeOnceAll(ctx, "k", record, 200*time.Millisecond, rules, 1, res)
+				require.NoError(t, err)
+				return ok, repeat, res[0]
+			}
+			ok, repeat, first := take("r1")
+			require.True(t, ok)
+			require.False(t, repeat)
+			for range 3 {
+				ok, repeat, again := take("r1")
+				assert.True(t, ok)
+				assert.True(t, repeat)
+				assert.Equal(t, first, again, "the first answer, as it was")
+			}
+			ok, _, _ = take("r2")
+			require.True(t, ok, "the repeats counted nothing: one unit is left")
+			ok, repeat, rejected := take("r3")
+			require.False(t, ok)
+			require.False(t, repeat)
+			ok, repeat, again := take("r3")
+			assert.False(t, ok)
+			assert.True(t, repeat)
+			assert.Equal(t, rejected, again, "a rejection is kept as well")
+
+			// The record lies in the key's slot, and lives for the ttl.
+			keys, err := rdb.Keys(ctx, "{*}r1").Result()
+			require.NoError(t, err)
+			require.Len(t, keys, 1)
+			assert.Equal(t, hashSlot("k"), hashSlot(keys[0]))
+			ttl, err := rdb.PTTL(ctx, keys[0]).Result()
+			require.NoError(t, err)
+			assert.Positive(t, ttl)
+			assert.LessOrEqual(t, ttl, 200*time.Millisecond)
+			require.Eventually(t, func() bool { return rdb.Exists(ctx, keys[0]).Val() == 0 }, 5*time.Second, 10*time.Millisecond)
+			ok, repeat, _ = take("r1")
+			assert.False(t, ok, "after its ttl the record counts again, and the limit is spent")
+			assert.False(t, repeat)
+		})
+	}
+}
+
+// Three replicas sending the same request at once count it once.
+func TestTakeOnceAcrossReplicas(t *testing.T) {
+	c := newClock()
+	_, _, server := newStore(t, c)
+	var stores []*Store
+	for range 3 {
+		stores = append(stores, New(server.Client(t)))
+	}
+	ctx := context.Background()
+	rules := []Rule{{Algorithm: SlidingLog, Limit: 100, Window: time.Hour}}
+	var firsts, repeats atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 30 {
+		wg.Go(func() {
+			res := make([]Result, 1)
+			ok, repeat, err := stores[i%3].TakeOnceAll(ctx, "shared", "request-"+strconv.Itoa(i%5), time.Minute, rules, 1, res)
+			assert.NoError(t, err)
+			assert.True(t, ok)
+			if repeat {
+				repeats.Add(1)
+			} else {
+				firsts.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(5), firsts.Load(), "each of the 5 requests counted once")
+	assert.Equal(t, int64(25), repeats.Load())
+	res := make([]Result, 1)
+	_, err := stores[0].TakeAll(ctx, "shared", rules, 0, res)
+	require.NoError(t, err)
+	assert.Equal(t, int64(95), res[0].Remaining)
+}
+
+// On Redis Cluster a take once per request and its record lie in one hash
+// slot, whichever master holds the key: no CROSSSLOT, and each request
+// counted once.
+func TestTakeOnceOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	store := New(cluster.Client(t))
+	ctx := context.Background()
+	rules := []Rule{{Algorithm: SlidingLog, Limit: 10, Window: time.Hour}}
+	res := make([]Result, 1)
+	for k := range 60 { // keys over every master
+		key := "spread-" + strconv.Itoa(k)
+		for try := range 3 {
+			ok, repeat, err := store.TakeOnceAll(ctx, key, "once:"+key, time.Minute, rules, 1, res)
+			require.NoError(t, err, "key %s", key)
+			assert.True(t, ok)
+			assert.Equal(t, try > 0, repeat)
+		}
+		_, err := store.TakeAll(ctx, key, rules, 0, res)
+		require.NoError(t, err)
+		assert.Equal(t, int64(9), res[0].Remaining, "key %s counted once", key)
+	}
+}
