@@ -182,6 +182,20 @@ type Config struct {
 	// Optional. Default: false
 	DisableDenyCache bool
 
+	// IdempotencyTTL is how long TakeOnce keeps a request's first Result
+	// for its repeats, at most 365 days.
+	//
+	// Optional. Default: 24 hours
+	IdempotencyTTL time.Duration
+
+	// IdempotencyKeys bounds the requests whose first Result TakeOnce
+	// keeps in this process (in memory and with Storage; on Redis, Redis
+	// keeps them, each for IdempotencyTTL): past it the oldest go, and a
+	// repeat of one counts again. At most 2^24.
+	//
+	// Optional. Default: 65536
+	IdempotencyKeys int
+
 	// Now is the clock. By default, in memory, a monotonic clock (a
 	// request's own start time when the context is a fasthttp request);
 	// on Redis, the server's TIME, so that processes with skewed clocks
@@ -227,6 +241,8 @@ type Limiter struct {
 	baseWindow     int64 // the first limit's window as configured, in ms
 	memory         *manager
 	store          *guardedStore
+	once           *onceCache // TakeOnce's records, but on Redis
+	redisOnce      bool       // TakeOnce's records are in Redis
 	backend        string
 	windows        [maxLimits]time.Duration // each limit's Decision.Window under base
 }
@@ -280,6 +296,14 @@ func newLimiter(cfg Config) (*Limiter, error) {
 			return nil, err
 		}
 	}
+	l.redisOnce = l.backend == "redis"
+	if !l.redisOnce {
+		clock := cfg.clock
+		if clock == nil {
+			clock = wallMillis
+		}
+		l.once = newOnceCache(cfg.IdempotencyTTL, cfg.IdempotencyKeys, clock)
+	}
 	return l, nil
 }
 
@@ -306,7 +330,7 @@ func (cfg *Config) fill() error {
 	for _, f := range [...]struct {
 		name string
 		d    time.Duration
-	}{{"BlockFor", cfg.BlockFor}, {"MinInterval", cfg.MinInterval}} {
+	}{{"BlockFor", cfg.BlockFor}, {"MinInterval", cfg.MinInterval}, {"IdempotencyTTL", cfg.IdempotencyTTL}} {
 		if f.d < 0 || f.d > maxBlock {
 			return fmt.Errorf("limiter: %s is %v; it must be 0 (none) or up to %v", f.name, f.d, maxBlock)
 		}
@@ -318,6 +342,9 @@ func (cfg *Config) fill() error {
 		if f.v < 0 {
 			return fmt.Errorf("limiter: %s is %d; it must be >= 0 (0 means the default)", f.name, f.v)
 		}
+	}
+	if cfg.IdempotencyKeys < 0 || cfg.IdempotencyKeys > maxIdempotencyKeys {
+		return fmt.Errorf("limiter: IdempotencyKeys is %d; it must be 0 (the default) to %d", cfg.IdempotencyKeys, maxIdempotencyKeys)
 	}
 	if cfg.DenyCacheKeys > maxDenyCacheKeys {
 		return fmt.Errorf("limiter: DenyCacheKeys is %d; it must be at most %d (it is allocated at New)", cfg.DenyCacheKeys, maxDenyCacheKeys)
@@ -356,6 +383,12 @@ func (cfg *Config) fill() error {
 	}
 	if cfg.DenyCacheKeys == 0 {
 		cfg.DenyCacheKeys = DefaultDenyCacheKeys
+	}
+	if cfg.IdempotencyTTL == 0 {
+		cfg.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	if cfg.IdempotencyKeys == 0 {
+		cfg.IdempotencyKeys = DefaultIdempotencyKeys
 	}
 	if now := cfg.Now; now != nil && cfg.clock == nil {
 		cfg.clock = func() int64 { return now().UnixMilli() }
@@ -440,6 +473,38 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (Result, error
 		return res, nil
 	}
 	return l.takeStored(ctx, key, l.base, int64(cost))
+}
+
+// TakeOnce is Take made once per request: id names the request (its
+// Idempotency-Key header, say), and a take of the same key and id within
+// Config.IdempotencyTTL gets the first take's Result again, with Source
+// SourceRepeat, and counts nothing; so does a take of it made at the same
+// time. The first take's Result is kept whether it was admitted or not.
+// On Redis the check and the take are one script call, exact across
+// replicas; in memory and with Storage the Results are kept in this
+// process (see Config.IdempotencyKeys). An empty id is a plain Take. A
+// take made while Redis fails (FailurePolicy) keeps nothing.
+func (l *Limiter) TakeOnce(ctx context.Context, key, id string, cost int) (Result, error) {
+	if id == "" {
+		return l.Take(ctx, key, cost)
+	}
+	if cost < 0 {
+		return Result{}, fmt.Errorf("limiter: cost is %d; it must be >= 0", cost)
+	}
+	request := requestIDOf(key, id)
+	if !l.redisOnce {
+		var err error
+		res := l.once.take(request, func() Result {
+			var res Result
+			res, err = l.Take(ctx, key, cost)
+			return res
+		})
+		return res, err
+	}
+	ls := l.base
+	res := l.store.takeOnce(ctx, l.storedKey(nil, &ls, key), request.record(), &ls, int64(cost))
+	l.finish(&res, &ls)
+	return res, nil
 }
 
 // TakeWith is Take with the first limit replaced, for this call, by
@@ -543,7 +608,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int, taken *Resul
 	if cost < 0 {
 		return Result{}, fmt.Errorf("limiter: cost is %d; it must be >= 0", cost)
 	}
-	if !taken.Allowed() || taken.source == SourceFailOpen || cost == 0 {
+	if !taken.Allowed() || taken.source == SourceFailOpen || taken.source == SourceRepeat || cost == 0 {
 		return *taken, nil
 	}
 	ls := l.base

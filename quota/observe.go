@@ -69,10 +69,13 @@ const (
 	// SourceFailClosed: FailClosed rejected the request with 503, Storage
 	// failing.
 	SourceFailClosed
+	// SourceRepeat: a repeat of a request (TakeOnce's id), answered with
+	// its first take's Result; nothing was counted.
+	SourceRepeat
 )
 
-// String returns "backend", "deny_cache", "fallback", "fail_open" or
-// "fail_closed", suitable as a metric label.
+// String returns "backend", "deny_cache", "fallback", "fail_open",
+// "fail_closed" or "repeat", suitable as a metric label.
 func (s Source) String() string {
 	switch s {
 	case SourceBackend:
@@ -85,6 +88,8 @@ func (s Source) String() string {
 		return "fail_open"
 	case SourceFailClosed:
 		return "fail_closed"
+	case SourceRepeat:
+		return "repeat"
 	}
 	return "Source(" + strconv.Itoa(int(s)) + ")"
 }

@@ -29,6 +29,7 @@ type redisBackend struct {
 	alg      redis.Algorithm
 	prefix   string // the limiter's identity, see keyPrefix
 	probeKey string // see probeKeyOf
+	onceTTL  time.Duration
 }
 
 // probeKeyOf is the key a limiter's breaker probes with: KeyPrefix + Name
@@ -52,7 +53,7 @@ func newRedisBackend(client goredis.UniversalClient, store *redis.Store, alg Alg
 		store = redis.New(client, opts...)
 	}
 	algs := [...]redis.Algorithm{FixedWindow: redis.FixedWindow, SlidingWindow: redis.SlidingWindow, TokenBucket: redis.TokenBucket, SlidingLog: redis.SlidingLog}
-	return &redisBackend{store: store, alg: algs[alg], prefix: prefix, probeKey: probeKeyOf(cfg)}
+	return &redisBackend{store: store, alg: algs[alg], prefix: prefix, probeKey: probeKeyOf(cfg), onceTTL: cfg.IdempotencyTTL}
 }
 
 // honorsContext reports whether a redis.Store over client returns by a
@@ -185,6 +186,22 @@ func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost in
 		return Result{}, err
 	}
 	return verdictOf(&results, ls.n), nil
+}
+
+// takeOnce takes cost for key once per request: record names the
+// request's record, kept beside the key's state under the limiter's prefix.
+func (b *redisBackend) takeOnce(ctx context.Context, key, record string, ls *limits, cost int64) (Result, error) {
+	var rules [maxLimits]redis.Rule
+	var results [maxLimits]redis.Result
+	_, repeat, err := b.store.TakeOnceAll(ctx, b.prefix+key, b.prefix+"once:"+record, b.onceTTL, b.rules(ls, &rules), cost, results[:ls.n])
+	if err != nil {
+		return Result{}, err
+	}
+	v := verdictOf(&results, ls.n)
+	if repeat {
+		v.source = SourceRepeat
+	}
+	return v, nil
 }
 
 func (b *redisBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error) {

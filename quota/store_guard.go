@@ -149,6 +149,24 @@ func (g *guardedStore) take(ctx context.Context, key string, ls *limits, cost in
 	return v
 }
 
+// takeOnce is take once per request: the store's TakeOnce, without the
+// deny cache (a repeat of an admitted request must get its admission).
+func (g *guardedStore) takeOnce(ctx context.Context, key, record string, ls *limits, cost int64) Result {
+	once, ok := g.store.(interface {
+		takeOnce(ctx context.Context, key, record string, ls *limits, cost int64) (Result, error)
+	})
+	if !ok || !g.admitCall(g.now()) {
+		return g.unavailable(ctx, key, ls, cost)
+	}
+	v, err := call(ctx, g, key, "", false, func(ctx context.Context, key string) (Result, error) {
+		return once.takeOnce(ctx, key, record, ls, cost)
+	})
+	if err != nil {
+		return g.unavailable(ctx, key, ls, cost)
+	}
+	return v
+}
+
 // refund credits the request's cost back and returns the state it leaves;
 // ok is false when it could not (the store failed, and the credit is
 // lost), which never fails the request: errors go to the hook only.
@@ -158,7 +176,7 @@ func (g *guardedStore) refund(ctx context.Context, key string, ls *limits, cost 
 		after, _ = g.fallback.refund(ctx, key, ls, cost, v)
 		after.source = SourceFallback
 		return after, true
-	case SourceDenyCache, SourceFailOpen, SourceFailClosed:
+	case SourceDenyCache, SourceFailOpen, SourceFailClosed, SourceRepeat:
 		return Result{}, false // nothing was counted
 	}
 	if g.deny != nil {

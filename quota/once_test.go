@@ -1,0 +1,155 @@
+package quota
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TakeOnce counts a request once, on every backend and algorithm: a repeat
+// gets the first Result again, marked SourceRepeat, whether it admitted or
+// rejected, and counts nothing; a refund of a repeat credits nothing;
+// another id, or another key, is another request; an empty id is a Take.
+func TestTakeOnce(t *testing.T) {
+	for _, b := range everyBackend(t) {
+		for _, alg := range allAlgorithms {
+			t.Run(b.name+"/"+alg.name(), func(t *testing.T) {
+				now := newSettableNow()
+				cfg := Config{Algorithm: alg, Limits: []Limit{PerMinute(2)}, Now: now.Now, Name: "once-" + alg.name()}
+				b.set(&cfg)
+				l, err := New(cfg)
+				require.NoError(t, err)
+				ctx := context.Background()
+				once := func(key, id string) Result {
+					t.Helper()
+					res, err := l.TakeOnce(ctx, key, id, 1)
+					require.NoError(t, err)
+					return res
+				}
+				first := once("k", "pay-1")
+				require.True(t, first.Allowed())
+				require.Equal(t, SourceBackend, first.Source())
+				for range 3 {
+					again := once("k", "pay-1")
+					assert.Equal(t, SourceRepeat, again.Source())
+					assert.Equal(t, first.Decisions(), again.Decisions(), "the first Result again")
+				}
+				after, err := l.Refund(ctx, "k", 1, ptr(once("k", "pay-1")))
+				require.NoError(t, err)
+				assert.Equal(t, SourceRepeat, after.Source(), "a repeat's refund credits nothing")
+				other := once("other", "pay-1")
+				assert.True(t, other.Allowed(), "another key's request")
+				second := once("k", "pay-2")
+				assert.Equal(t, SourceBackend, second.Source())
+				rejected := once("k", "pay-3")
+				require.False(t, rejected.Allowed(), "pay-1 and pay-2 spent the two")
+				again := once("k", "pay-3")
+				assert.Equal(t, SourceRepeat, again.Source())
+				assert.False(t, again.Allowed())
+				plain, err := l.TakeOnce(ctx, "k", "", 0)
+				require.NoError(t, err)
+				assert.Equal(t, SourceBackend, plain.Source())
+				assert.Zero(t, plain.Tightest().Remaining, "repeats counted nothing: two taken, none left")
+			})
+		}
+	}
+}
+
+func ptr(v Result) *Result { return &v }
+
+// A request's record lasts IdempotencyTTL: after it, the same id is a new
+// request. In memory and Storage, on the limiter's clock; on Redis, on
+// Redis's own.
+func TestTakeOnceRecordsEnd(t *testing.T) {
+	for _, b := range everyBackend(t) {
+		t.Run(b.name, func(t *testing.T) {
+			now := newSettableNow()
+			cfg := Config{Limits: []Limit{PerHour(5)}, Now: now.Now, IdempotencyTTL: 50 * time.Millisecond, Name: "once-ttl"}
+			b.set(&cfg)
+			l, err := New(cfg)
+			require.NoError(t, err)
+			ctx := context.Background()
+			res, err := l.TakeOnce(ctx, "k", "r", 1)
+			require.NoError(t, err)
+			require.Equal(t, SourceBackend, res.Source())
+			now.Add(time.Second)
+			require.Eventually(t, func() bool {
+				res, err = l.TakeOnce(ctx, "k", "r", 0)
+				return err == nil && res.Source() == SourceBackend
+			}, 5*time.Second, 10*time.Millisecond, "the record ends")
+		})
+	}
+}
+
+// In memory the records are bounded by IdempotencyKeys: past it, the
+// oldest go.
+func TestTakeOnceRecordsAreBounded(t *testing.T) {
+	l, err := New(Config{Limits: []Limit{PerHour(1 << 20)}, IdempotencyKeys: onceShards})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 100_000 {
+		_, err := l.TakeOnce(ctx, "k", strconv.Itoa(i), 1)
+		require.NoError(t, err)
+	}
+	held := 0
+	for i := range l.once.shards {
+		held += len(l.once.shards[i].records)
+	}
+	assert.LessOrEqual(t, held, onceShards)
+	res, err := l.TakeOnce(ctx, "k", "0", 1)
+	require.NoError(t, err)
+	assert.Equal(t, SourceBackend, res.Source(), "the oldest record went")
+	_, err = New(Config{Limits: []Limit{PerHour(1)}, IdempotencyKeys: maxIdempotencyKeys + 1})
+	require.ErrorContains(t, err, "IdempotencyKeys")
+	_, err = New(Config{Limits: []Limit{PerHour(1)}, IdempotencyTTL: -time.Second})
+	require.ErrorContains(t, err, "IdempotencyTTL")
+}
+
+// Retries of one request sent at once from three replicas sharing a Redis,
+// each with its own client and deny cache, count it once; and in memory,
+// retries at once on one limiter do.
+func TestTakeOnceAtOnce(t *testing.T) {
+	server := redistest.Start(t)
+	for _, alg := range allAlgorithms {
+		t.Run(alg.name(), func(t *testing.T) {
+			var replicas []*Limiter
+			for range 3 {
+				l, err := New(Config{Algorithm: alg, Limits: []Limit{PerHour(50)}, Redis: server.Client(t), Name: "once-replicas",
+					FailurePolicy: FailClosed, StorageTimeout: 10 * time.Second})
+				require.NoError(t, err)
+				replicas = append(replicas, l)
+			}
+			mem, err := New(Config{Algorithm: alg, Limits: []Limit{PerHour(50)}})
+			require.NoError(t, err)
+			for name, pick := range map[string]func(i int) *Limiter{
+				"redis":  func(i int) *Limiter { return replicas[i%3] },
+				"memory": func(int) *Limiter { return mem },
+			} {
+				var repeats atomic.Int64
+				var wg sync.WaitGroup
+				for i := range 60 {
+					wg.Go(func() {
+						res, err := pick(i).TakeOnce(context.Background(), "k", "order-"+strconv.Itoa(i%4), 1)
+						assert.NoError(t, err)
+						assert.True(t, res.Allowed())
+						if res.Source() == SourceRepeat {
+							repeats.Add(1)
+						}
+					})
+				}
+				wg.Wait()
+				assert.Equal(t, int64(56), repeats.Load(), "%s: 4 requests, each counted once", name)
+				res, err := pick(0).Take(context.Background(), "k", 0)
+				require.NoError(t, err)
+				assert.Equal(t, 46, res.Tightest().Remaining, name)
+			}
+		})
+	}
+}
