@@ -34,6 +34,9 @@ func (fiberV2) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) 
 	if bc.Algorithm != "" {
 		cfg.LimiterMiddleware = v2Algorithms[bc.Algorithm]
 	}
+	if bc.Idempotent {
+		cfg.IdempotencyKey = IdempotencyKeyHeader
+	}
 	if bc.KeyFromHeader {
 		cfg.KeyGenerator = headerKey
 	}

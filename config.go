@@ -271,6 +271,31 @@ type Config struct {
 	// Optional. Default: 0 (none)
 	BlockFor time.Duration
 
+	// IdempotencyKey, when set, names each request for its retries (the
+	// HTTP Idempotency-Key header: IdempotencyKeyHeader): a request whose
+	// key and IdempotencyKey repeat one made within IdempotencyTTL gets
+	// the first one's decision again, with the same status and headers,
+	// and counts nothing. "" counts the request as usual. On Redis the
+	// check and the count are one script call, exact across replicas; in
+	// memory and other Storage the decisions are kept in this process
+	// (IdempotencyKeys). Not with MaxFunc: New panics.
+	//
+	// Optional. Default: nil (none)
+	IdempotencyKey func(c *fiber.Ctx) string
+
+	// IdempotencyTTL is how long a request's decision is kept for its
+	// repeats (see IdempotencyKey), at most 365 days.
+	//
+	// Optional. Default: 24 hours
+	IdempotencyTTL time.Duration
+
+	// IdempotencyKeys bounds the decisions kept for repeats in this
+	// process (in memory and other Storage; Redis keeps its own, each for
+	// IdempotencyTTL): past it the oldest go. At most 2^24.
+	//
+	// Optional. Default: 65536
+	IdempotencyKeys int
+
 	// MaxKeys caps how many keys the in-memory manager tracks, so a flood of
 	// distinct keys cannot exhaust memory (a key costs about 64 bytes plus
 	// its length, and keys longer than 64 bytes are kept as a 32-byte
@@ -537,4 +562,10 @@ func isNilValue(v reflect.Value) bool {
 		return v.IsNil()
 	}
 	return false
+}
+
+// IdempotencyKeyHeader is an IdempotencyKey: the request's
+// Idempotency-Key header (copied), or "" when it has none.
+func IdempotencyKeyHeader(c *fiber.Ctx) string {
+	return string([]byte(c.Get("Idempotency-Key")))
 }

@@ -53,6 +53,7 @@ func New(config ...Config) fiber.Handler {
 type handler struct {
 	next         func(*fiber.Ctx) bool
 	maxFunc      func(*fiber.Ctx) int
+	onceFunc     func(*fiber.Ctx) string // IdempotencyKey
 	costFunc     func(*fiber.Ctx) int
 	keyFunc      func(*fiber.Ctx) string
 	limitReached fiber.Handler
@@ -74,6 +75,7 @@ func newHandler(cfg Config, alg quota.Algorithm) fiber.Handler {
 	h := &handler{
 		next:         cfg.Next,
 		maxFunc:      cfg.MaxFunc,
+		onceFunc:     cfg.IdempotencyKey,
 		costFunc:     cfg.Cost,
 		keyFunc:      cfg.KeyGenerator,
 		limitReached: cfg.LimitReached,
@@ -134,9 +136,12 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	}
 	var res quota.Result
 	var err error
-	if max > 0 {
+	switch {
+	case max > 0:
 		res, err = h.engine.TakeWith(ctx, key, cost, quota.Limit{Max: max})
-	} else {
+	case h.onceFunc != nil:
+		res, err = h.engine.TakeOnce(ctx, key, h.onceFunc(c), cost)
+	default:
 		res, err = h.engine.Take(ctx, key, cost)
 	}
 	if err != nil {

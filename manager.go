@@ -22,9 +22,10 @@ import (
 // cfg is invalid.
 func newEngine(cfg *Config, alg quota.Algorithm) (*quota.Limiter, *rlheaders.Writer) {
 	s := adapter.Settings{
-		Algorithm: alg,
-		MaxFunc:   cfg.MaxFunc != nil,
-		Clock:     cfg.clock,
+		Algorithm:      alg,
+		MaxFunc:        cfg.MaxFunc != nil,
+		IdempotencyKey: cfg.IdempotencyKey != nil,
+		Clock:          cfg.clock,
 	}
 	s.CopyFrom(cfg)
 

@@ -34,6 +34,9 @@ func (fiberV3) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) 
 	if bc.Algorithm != "" {
 		cfg.LimiterMiddleware = v3Algorithms[bc.Algorithm]
 	}
+	if bc.Idempotent {
+		cfg.IdempotencyKey = IdempotencyKeyHeader
+	}
 	if bc.KeyFromHeader {
 		cfg.KeyGenerator = func(c fiber.Ctx) string { return c.Get("X-Key") }
 	}

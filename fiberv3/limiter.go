@@ -57,6 +57,7 @@ func New(config ...Config) fiber.Handler {
 type handler struct {
 	next           func(fiber.Ctx) bool
 	maxFunc        func(fiber.Ctx) int
+	onceFunc       func(fiber.Ctx) string // IdempotencyKey
 	expirationFunc func(fiber.Ctx) time.Duration
 	costFunc       func(fiber.Ctx) int
 	keyFunc        func(fiber.Ctx) string
@@ -84,6 +85,7 @@ func newHandler(config *Config, alg quota.Algorithm) fiber.Handler {
 		Algorithm:      alg,
 		MaxFunc:        cfg.MaxFunc != nil,
 		ExpirationFunc: cfg.ExpirationFunc != nil,
+		IdempotencyKey: cfg.IdempotencyKey != nil,
 		Clock:          cfg.clock,
 	}
 	s.CopyFrom(&cfg)
@@ -101,6 +103,7 @@ func newHandler(config *Config, alg quota.Algorithm) fiber.Handler {
 	h := &handler{
 		next:           cfg.Next,
 		maxFunc:        cfg.MaxFunc,
+		onceFunc:       cfg.IdempotencyKey,
 		expirationFunc: cfg.ExpirationFunc,
 		costFunc:       cfg.Cost,
 		keyFunc:        cfg.KeyGenerator,
@@ -153,9 +156,12 @@ func (h *handler) serve(c fiber.Ctx) error {
 	ctx := h.context(c)
 	var res quota.Result
 	var err error
-	if first != (quota.Limit{}) {
+	switch {
+	case first != (quota.Limit{}):
 		res, err = h.engine.TakeWith(ctx, key, cost, first)
-	} else {
+	case h.onceFunc != nil:
+		res, err = h.engine.TakeOnce(ctx, key, h.onceFunc(c), cost)
+	default:
 		res, err = h.engine.Take(ctx, key, cost)
 	}
 	if err != nil {

@@ -31,6 +31,9 @@ func (stdlib) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) f
 		BlockFor:               bc.BlockFor,
 		MinInterval:            bc.MinInterval,
 	}
+	if bc.Idempotent {
+		cfg.IdempotencyKey = IdempotencyKeyHeader
+	}
 	if bc.KeyFromHeader {
 		cfg.KeyGenerator = func(r *http.Request) string { return r.Header.Get("X-Key") }
 	}

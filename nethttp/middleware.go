@@ -42,9 +42,10 @@ func New(cfg Config) func(http.Handler) http.Handler {
 		panic("limiter: Redis and Storage are both set; set one")
 	}
 	s := adapter.Settings{
-		Algorithm: cfg.Algorithm,
-		MaxFunc:   cfg.MaxFunc != nil,
-		Clock:     cfg.clock,
+		Algorithm:      cfg.Algorithm,
+		MaxFunc:        cfg.MaxFunc != nil,
+		IdempotencyKey: cfg.IdempotencyKey != nil,
+		Clock:          cfg.clock,
 	}
 	s.CopyFrom(&cfg)
 
@@ -126,9 +127,12 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	var res quota.Result
 	var err error
-	if max > 0 {
+	switch {
+	case max > 0:
 		res, err = l.engine.TakeWith(r.Context(), key, cost, quota.Limit{Max: max})
-	} else {
+	case l.cfg.IdempotencyKey != nil:
+		res, err = l.engine.TakeOnce(r.Context(), key, l.cfg.IdempotencyKey(r), cost)
+	default:
 		res, err = l.engine.Take(r.Context(), key, cost)
 	}
 	if err != nil {

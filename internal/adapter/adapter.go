@@ -37,6 +37,7 @@ type Settings struct {
 	Limits         []Limit
 	MaxFunc        bool // the adapter's MaxFunc is set
 	ExpirationFunc bool // the adapter's ExpirationFunc is set (Fiber v3)
+	IdempotencyKey bool // the adapter's IdempotencyKey is set
 	IPv6Prefix     int
 
 	// Storage is the adapter's Storage: nil, a storage on go-redis (with
@@ -55,6 +56,8 @@ type Settings struct {
 	OnStorageError   func(error)
 	DenyCacheKeys    int
 	DisableDenyCache bool
+	IdempotencyTTL   time.Duration
+	IdempotencyKeys  int
 
 	Headers            headers.Mode
 	DisableHeaders     bool
@@ -69,7 +72,8 @@ type Settings struct {
 var shared = []string{
 	"Max", "Expiration", "Burst", "IPv6Prefix", "Name", "KeyPrefix", "MaxKeys", "BlockFor", "MinInterval",
 	"FailurePolicy", "StorageTimeout", "BreakerFailures", "BreakerCooldown", "OnStorageError",
-	"DenyCacheKeys", "DisableDenyCache", "Headers", "DisableHeaders", "PolicyName", "HeaderPartitionKey",
+	"DenyCacheKeys", "DisableDenyCache", "IdempotencyTTL", "IdempotencyKeys",
+	"Headers", "DisableHeaders", "PolicyName", "HeaderPartitionKey",
 }
 
 // CopyFrom sets the shared fields of s from cfg, a pointer to an
@@ -124,6 +128,9 @@ func (s *Settings) Check() error {
 			return fmt.Errorf("limiter: Limits is set, and so is Burst (%d); set each limit's Burst in Limits", s.Burst)
 		}
 	}
+	if s.IdempotencyKey && (s.MaxFunc || s.ExpirationFunc) {
+		return errors.New("limiter: IdempotencyKey is set with MaxFunc or ExpirationFunc; a repeated request gets its first decision, made under the configured limits: use one or the other")
+	}
 	if s.Algorithm == quota.SlidingLog && s.MaxFunc {
 		return errors.New("limiter: MaxFunc is set with SlidingLog, whose keys keep one entry per unit of Max; give each Max its own limiter, or use another algorithm")
 	}
@@ -164,6 +171,8 @@ func (s *Settings) Build() (*quota.Limiter, *headers.Writer, error) {
 		OnStorageError:   s.OnStorageError,
 		DenyCacheKeys:    s.DenyCacheKeys,
 		DisableDenyCache: s.DisableDenyCache,
+		IdempotencyTTL:   s.IdempotencyTTL,
+		IdempotencyKeys:  s.IdempotencyKeys,
 	}
 	if clock := s.Clock; clock != nil {
 		qc.Now = func() time.Time { return time.UnixMilli(clock()) }

@@ -54,6 +54,9 @@ type Config struct {
 	BlockFor time.Duration
 	// MinInterval spaces a client's admitted requests (MinInterval).
 	MinInterval time.Duration
+	// Idempotent names requests by their Idempotency-Key header
+	// (IdempotencyKey: IdempotencyKeyHeader).
+	Idempotent bool
 }
 
 // Request is one request to a case's server.
@@ -61,6 +64,8 @@ type Request struct {
 	Path string // "/ok" unless set
 	Key  string // the X-Key header, when set
 	Plan string // the X-Plan header, when set
+	// Idempotency is the Idempotency-Key header, when set.
+	Idempotency string
 }
 
 // HTTP is r as a GET request, with its headers, for a server or a
@@ -76,6 +81,9 @@ func (r Request) HTTP() *http.Request {
 	}
 	if r.Plan != "" {
 		req.Header.Set("X-Plan", r.Plan)
+	}
+	if r.Idempotency != "" {
+		req.Header.Set("Idempotency-Key", r.Idempotency)
 	}
 	return req
 }

@@ -28,6 +28,7 @@ func Run(t *testing.T, a Adapter) {
 		{"ConcurrentExact", concurrentExact},
 		{"BlockFor", blockFor},
 		{"MinInterval", minInterval},
+		{"IdempotentRetries", idempotentRetries},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, a) })
@@ -244,6 +245,36 @@ func blockFor(t *testing.T, a Adapter) {
 			assert.Equal(t, http.StatusOK, send(Request{Key: "b"}).Status, "another client")
 			clock.Advance(40 * time.Second)
 			assert.Equal(t, http.StatusOK, send(Request{Key: "a"}).Status, "the block has ended")
+		})
+	}
+}
+
+// Max 2 per minute, requests named by their Idempotency-Key: a retry of a
+// request, 5 s on, gets its first decision again, with the same status and
+// headers (Reset as the first had it), and counts nothing: a rejected
+// request's retry is rejected alike, and a request without the header
+// finds the two of p1 and p2 spent.
+func idempotentRetries(t *testing.T, a Adapter) {
+	for _, alg := range Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			clock := &Clock{}
+			send := a.Serve(t, Config{Algorithm: alg, Max: 2, Expiration: time.Minute, Idempotent: true}, clock)
+			first := send(Request{Idempotency: "p1"})
+			require.Equal(t, http.StatusOK, first.Status)
+			clock.Advance(5 * time.Second)
+			for range 2 {
+				again := send(Request{Idempotency: "p1"})
+				assert.Equal(t, http.StatusOK, again.Status)
+				assert.Equal(t, headersOf(first), headersOf(again), "the first decision's headers")
+			}
+			require.Equal(t, http.StatusOK, send(Request{Idempotency: "p2"}).Status)
+			rejected := send(Request{Idempotency: "p3"})
+			require.Equal(t, http.StatusTooManyRequests, rejected.Status)
+			clock.Advance(5 * time.Second)
+			again := send(Request{Idempotency: "p3"})
+			assert.Equal(t, http.StatusTooManyRequests, again.Status)
+			assert.Equal(t, headersOf(rejected), headersOf(again))
+			assert.Equal(t, http.StatusTooManyRequests, send(Request{}).Status, "p1 and p2 counted once each")
 		})
 	}
 }
