@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -150,6 +151,46 @@ func TestTakeOnceAtOnce(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, 46, res.Tightest().Remaining, name)
 			}
+		})
+	}
+}
+
+// A random trace of takes once per request, many of them repeats, with
+// plain takes between them, gives the same Results in memory and on Redis,
+// for every algorithm: the same decisions, and the same repeats.
+func TestTakeOnceRedisMatchesMemory(t *testing.T) {
+	server := redistest.Start(t)
+	for _, alg := range allAlgorithms {
+		t.Run(alg.name(), func(t *testing.T) {
+			now := newSettableNow()
+			cfg := Config{Algorithm: alg, Limits: []Limit{{Max: 4, Expiration: 500 * time.Millisecond}}, Now: now.Now, Name: "once-diff-" + alg.name()}
+			mem, err := New(cfg)
+			require.NoError(t, err)
+			cfg.Redis, cfg.DisableDenyCache = server.Client(t), true // the deny cache answers for Redis alone
+			red, err := New(cfg)
+			require.NoError(t, err)
+			rng := rand.New(rand.NewPCG(9, uint64(alg)))
+			ctx := context.Background()
+			repeats := 0
+			for step := range 1500 {
+				now.Add(time.Duration(rng.IntN(40)) * time.Millisecond)
+				key := "k" + strconv.Itoa(rng.IntN(3))
+				id := ""
+				if rng.IntN(4) > 0 {
+					id = "r" + strconv.Itoa(rng.IntN(40))
+				}
+				cost := rng.IntN(3)
+				want, err := mem.TakeOnce(ctx, key, id, cost)
+				require.NoError(t, err)
+				got, err := red.TakeOnce(ctx, key, id, cost)
+				require.NoError(t, err)
+				require.Equal(t, want.Source(), got.Source(), "step %d: %s %q cost %d", step, key, id, cost)
+				require.Equal(t, want.Decisions(), got.Decisions(), "step %d: %s %q cost %d", step, key, id, cost)
+				if want.Source() == SourceRepeat {
+					repeats++
+				}
+			}
+			assert.Greater(t, repeats, 100)
 		})
 	}
 }
