@@ -188,7 +188,7 @@ type Config struct {
 	// IdempotencyTTL is how long a request's decision is kept for its
 	// repeats (see IdempotencyKey), at most 365 days.
 	//
-	// Optional. Default: 24 hours
+	// Optional. Default: 1 hour
 	IdempotencyTTL time.Duration
 
 	// IdempotencyKeys bounds the decisions kept for repeats in this

@@ -185,7 +185,7 @@ type Config struct {
 	// IdempotencyTTL is how long TakeOnce keeps a request's first Result
 	// for its repeats, at most 365 days.
 	//
-	// Optional. Default: 24 hours
+	// Optional. Default: 1 hour
 	IdempotencyTTL time.Duration
 
 	// IdempotencyKeys bounds the requests whose first Result TakeOnce

@@ -21,8 +21,10 @@ import (
 // once too.
 
 // DefaultIdempotencyTTL is how long a request's first Result is kept by
-// default: a day, as payment APIs keep idempotency keys.
-const DefaultIdempotencyTTL = 24 * time.Hour
+// default: an hour, which a client's retries of a request fall within. On
+// Redis a request's record takes about 220 bytes for that long: 800 MB at
+// 1,000 requests with an id a second; a day would take 19 GB.
+const DefaultIdempotencyTTL = time.Hour
 
 // DefaultIdempotencyKeys is how many requests' Results the in-memory and
 // Storage backends keep by default.
