@@ -162,6 +162,9 @@ var batchReplaced = [][2]string{
 	{"redis.call('SET', key, value, 'PX', exp_all - request_now)", "batch_write(key, value, exp_all - request_now)"},
 	{"redis.call('DEL', key)", "batch_write(key, false, -1)"},
 	{"redis.call('PTTL', key)", "batch_pttl(key)"},
+	// A take once per request goes alone, never in a batch.
+	{"redis.call('GET', KEYS[2])", "error('limiter: a take once per request is never batched')"},
+	{"redis.call('SET', KEYS[2], reply, 'PX', once_ms)", "error('limiter: a take once per request is never batched')"},
 }
 
 // batchGroup is the calls of one algorithm and slot in a pipeline, and

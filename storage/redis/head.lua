@@ -51,7 +51,7 @@ local flags, request_cost, request_now, limit1, burst1, window1, step1, counted_
 local blocking, spacing = floor(flags / 32) % 2 == 1, floor(flags / 64) % 2 == 1
 local rules_end, block_ms, gap_ms, suffix = #ARGV[1], 0, 0, 0
 -- once (flag 128): a take made once per request (its idempotency key),
--- whose answer is kept in KEYS[2], a key of the same hash slot, for
+-- whose answer is kept in the call's second key, of the same hash slot, for
 -- once_ms (6 bytes, last of all): a repeat gets that answer again, with
 -- one byte more that marks it, and counts nothing. Never in a batch.
 local once, once_ms = flags >= 128, 0
