@@ -273,9 +273,12 @@ type Config struct {
 
 	// IdempotencyKey, when set, names each request for its retries (the
 	// HTTP Idempotency-Key header: IdempotencyKeyHeader): a request whose
-	// key and IdempotencyKey repeat one made within IdempotencyTTL gets
-	// the first one's decision again, with the same status and headers,
-	// and counts nothing. "" counts the request as usual. On Redis the
+	// key and IdempotencyKey repeat an admitted one within IdempotencyTTL
+	// gets its decision again, with the same status and headers, and
+	// counts nothing, up to 8 repeats (the next counts as a new request).
+	// The handler runs for every repeat: the limiter keeps decisions, not
+	// responses. A rejected request's retry is decided afresh (it counted
+	// nothing). "" counts the request as usual. On Redis the
 	// check and the count are one script call, exact across replicas; in
 	// memory and other Storage the decisions are kept in this process
 	// (IdempotencyKeys). Not with MaxFunc: New panics.
@@ -291,9 +294,10 @@ type Config struct {
 
 	// IdempotencyKeys bounds the decisions kept for repeats in this
 	// process (in memory and other Storage; Redis keeps its own, each for
-	// IdempotencyTTL): past it the oldest go. At most 2^24.
+	// IdempotencyTTL), about 400 bytes each: past it the oldest go. At
+	// most 2^24.
 	//
-	// Optional. Default: 65536
+	// Optional. Default: 8192
 	IdempotencyKeys int
 
 	// MaxKeys caps how many keys the in-memory manager tracks, so a flood of

@@ -68,4 +68,7 @@ const (
 	// SourceFailClosed: FailClosed rejected the request with 503, Storage
 	// failing.
 	SourceFailClosed = quota.SourceFailClosed
+	// SourceRepeat: a repeat of a request (IdempotencyKey), answered with
+	// its first decision; nothing was counted.
+	SourceRepeat = quota.SourceRepeat
 )

@@ -63,6 +63,9 @@ const (
 	SourceFailOpen = quota.SourceFailOpen
 	// SourceFailClosed: FailClosed rejected it with 503, Storage failing.
 	SourceFailClosed = quota.SourceFailClosed
+	// SourceRepeat: a repeat of a request (IdempotencyKey), answered with
+	// its first decision; nothing was counted.
+	SourceRepeat = quota.SourceRepeat
 )
 
 // HeaderMode chooses which rate-limit headers a response carries.

@@ -190,10 +190,11 @@ type Config struct {
 
 	// IdempotencyKeys bounds the requests whose first Result TakeOnce
 	// keeps in this process (in memory and with Storage; on Redis, Redis
-	// keeps them, each for IdempotencyTTL): past it the oldest go, and a
+	// keeps them, each for IdempotencyTTL), about 400 bytes each, spread
+	// over 64 shards (so at least 64): past it a shard's oldest go, and a
 	// repeat of one counts again. At most 2^24.
 	//
-	// Optional. Default: 65536
+	// Optional. Default: 8192
 	IdempotencyKeys int
 
 	// Now is the clock. By default, in memory, a monotonic clock (a
@@ -477,13 +478,16 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (Result, error
 
 // TakeOnce is Take made once per request: id names the request (its
 // Idempotency-Key header, say), and a take of the same key and id within
-// Config.IdempotencyTTL gets the first take's Result again, with Source
-// SourceRepeat, and counts nothing; so does a take of it made at the same
-// time. The first take's Result is kept whether it was admitted or not.
-// On Redis the check and the take are one script call, exact across
-// replicas; in memory and with Storage the Results are kept in this
-// process (see Config.IdempotencyKeys). An empty id is a plain Take. A
-// take made while Redis fails (FailurePolicy) keeps nothing.
+// Config.IdempotencyTTL of an admitted one gets that take's Result again,
+// with Source SourceRepeat, and counts nothing; so does a take of it made
+// at the same time. Only admissions by the backend are kept: a rejected
+// request counted nothing, and its retry is decided afresh; nor is a
+// failure policy's answer kept. A request answers at most 8 repeats: the
+// next take of it counts as a new request, so that one id reused for good
+// spends quota as any request does. On Redis the check and the take are
+// one script call, exact across replicas; in memory and with Storage the
+// Results are kept in this process (see Config.IdempotencyKeys). An empty
+// id is a plain Take.
 func (l *Limiter) TakeOnce(ctx context.Context, key, id string, cost int) (Result, error) {
 	if id == "" {
 		return l.Take(ctx, key, cost)

@@ -49,7 +49,9 @@ type DecisionEvent struct {
 
 // Fallback reports whether the failure policy answered instead of the
 // backend, because Storage failed or its breaker was open.
-func (e DecisionEvent) Fallback() bool { return e.Source >= SourceFallback }
+func (e DecisionEvent) Fallback() bool {
+	return e.Source == SourceFallback || e.Source == SourceFailOpen || e.Source == SourceFailClosed
+}
 
 // Source says what answered a decision.
 type Source uint8

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"sync"
 	"time"
@@ -11,6 +12,14 @@ import (
 // only: a client retrying the same request (a payment, an order, with the
 // same Idempotency-Key) gets the first take's Result again, marked
 // SourceRepeat, and spends nothing more.
+//
+// Only an admission decided by the backend is kept: a rejection counted
+// nothing, so its retry is decided afresh (and admitted once there is
+// room), and neither is a failure policy's answer kept. A request's record
+// answers at most maxRepeats repeats: the next one counts as a new
+// request, so that a client cannot reuse one id for unlimited free
+// requests (the handler runs on every repeat; the limiter keeps decisions,
+// not responses).
 //
 // On Redis the check, the take and the request's record are one script
 // call (redis.Store.TakeOnceAll), so that replicas receiving the retries at
@@ -27,11 +36,16 @@ import (
 const DefaultIdempotencyTTL = time.Hour
 
 // DefaultIdempotencyKeys is how many requests' Results the in-memory and
-// Storage backends keep by default.
-const DefaultIdempotencyKeys = 1 << 16
+// Storage backends keep by default: a record takes about 400 bytes, so
+// about 3 MB a limiter.
+const DefaultIdempotencyKeys = 1 << 13
 
 // maxIdempotencyKeys bounds Config.IdempotencyKeys.
 const maxIdempotencyKeys = 1 << 24
+
+// maxRepeats is the most repeats a request's record answers; the Lua
+// scripts hold the same bound.
+const maxRepeats = 8
 
 // onceShards is how many locks the records are spread over.
 const onceShards = 64
@@ -42,8 +56,10 @@ type requestID [sha256.Size]byte
 
 func requestIDOf(key, id string) requestID {
 	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(key))) // no two (key, id) pairs read alike
+	h.Write(n[:])
 	h.Write([]byte(key))
-	h.Write([]byte{0})
 	h.Write([]byte(id))
 	var r requestID
 	h.Sum(r[:0])
@@ -71,8 +87,9 @@ type onceShard struct {
 }
 
 type onceRecord struct {
-	v     Result
-	until int64 // ms
+	v       Result
+	until   int64 // ms
+	repeats int   // answered so far
 }
 
 func newOnceCache(ttl time.Duration, limit int, clock func() int64) *onceCache {
@@ -84,19 +101,25 @@ func newOnceCache(ttl time.Duration, limit int, clock func() int64) *onceCache {
 }
 
 // take returns the kept Result of request r, as a repeat, or else the
-// Result of take, which it keeps. The shard's lock is held meanwhile, so
-// that a request taken twice at once is taken once.
+// Result of take, which it keeps when it is an admission by the backend.
+// The shard's lock is held meanwhile, so that a request taken twice at once
+// is taken once.
 func (c *onceCache) take(r requestID, take func() Result) Result {
 	s := &c.shards[r[0]%onceShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := c.clock()
-	if rec, ok := s.records[r]; ok && rec.until > now {
+	if rec, ok := s.records[r]; ok && rec.until > now && rec.repeats < maxRepeats {
+		rec.repeats++
+		s.records[r] = rec
 		v := rec.v
 		v.source = SourceRepeat
 		return v
 	}
 	v := take()
+	if !v.Allowed() || v.source != SourceBackend {
+		return v
+	}
 	if _, ok := s.records[r]; !ok {
 		if len(s.order) < c.perShard {
 			s.order = append(s.order, r)

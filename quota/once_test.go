@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -15,9 +16,11 @@ import (
 )
 
 // TakeOnce counts a request once, on every backend and algorithm: a repeat
-// gets the first Result again, marked SourceRepeat, whether it admitted or
-// rejected, and counts nothing; a refund of a repeat credits nothing;
-// another id, or another key, is another request; an empty id is a Take.
+// of an admitted request gets its first Result again, marked SourceRepeat,
+// and counts nothing; a rejected one's retry is decided afresh (it counted
+// nothing); a refund of a repeat credits nothing; another id, or another
+// key, is another request; an empty id is a Take; one id reused past 8
+// repeats counts again, so the limit holds for it.
 func TestTakeOnce(t *testing.T) {
 	for _, b := range everyBackend(t) {
 		for _, alg := range allAlgorithms {
@@ -52,18 +55,57 @@ func TestTakeOnce(t *testing.T) {
 				rejected := once("k", "pay-3")
 				require.False(t, rejected.Allowed(), "pay-1 and pay-2 spent the two")
 				again := once("k", "pay-3")
-				assert.Equal(t, SourceRepeat, again.Source())
+				assert.NotEqual(t, SourceRepeat, again.Source(), "a rejection is decided afresh")
 				assert.False(t, again.Allowed())
 				plain, err := l.TakeOnce(ctx, "k", "", 0)
 				require.NoError(t, err)
 				assert.Equal(t, SourceBackend, plain.Source())
 				assert.Zero(t, plain.Tightest().Remaining, "repeats counted nothing: two taken, none left")
+
+				reused := 0
+				for range 20 {
+					if res := once("reuse", "same"); res.Source() == SourceBackend && res.Allowed() {
+						reused++
+					}
+				}
+				assert.Equal(t, 2, reused, "8 repeats of each admission, then counted: the limit holds")
 			})
 		}
 	}
 }
 
 func ptr(v Result) *Result { return &v }
+
+// A failure policy's answer is not kept: once the store answers again, the
+// request's retry is decided by it.
+func TestTakeOnceKeepsNoFailureAnswer(t *testing.T) {
+	store := &failingStorage{mapStorage: mapStorage{m: map[string][]byte{}}}
+	l, err := New(Config{Limits: []Limit{PerHour(5)}, Storage: store, FailurePolicy: FailClosed, BreakerFailures: 1 << 20})
+	require.NoError(t, err)
+	ctx := context.Background()
+	store.failing.Store(true)
+	res, err := l.TakeOnce(ctx, "k", "r", 1)
+	require.NoError(t, err)
+	require.Equal(t, SourceFailClosed, res.Source())
+	store.failing.Store(false)
+	res, err = l.TakeOnce(ctx, "k", "r", 1)
+	require.NoError(t, err)
+	assert.Equal(t, SourceBackend, res.Source())
+	assert.True(t, res.Allowed())
+}
+
+// failingStorage is a mapStorage that fails while failing is set.
+type failingStorage struct {
+	mapStorage
+	failing atomic.Bool
+}
+
+func (s *failingStorage) Get(key string) ([]byte, error) {
+	if s.failing.Load() {
+		return nil, errors.New("storage down")
+	}
+	return s.mapStorage.Get(key)
+}
 
 // A request's record lasts IdempotencyTTL: after it, the same id is a new
 // request. In memory and Storage, on the limiter's clock; on Redis, on
@@ -135,7 +177,7 @@ func TestTakeOnceAtOnce(t *testing.T) {
 			} {
 				var repeats atomic.Int64
 				var wg sync.WaitGroup
-				for i := range 60 {
+				for i := range 36 { // each request and its 8 repeats
 					wg.Go(func() {
 						res, err := pick(i).TakeOnce(context.Background(), "k", "order-"+strconv.Itoa(i%4), 1)
 						assert.NoError(t, err)
@@ -146,7 +188,7 @@ func TestTakeOnceAtOnce(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				assert.Equal(t, int64(56), repeats.Load(), "%s: 4 requests, each counted once", name)
+				assert.Equal(t, int64(32), repeats.Load(), "%s: 4 requests, each counted once", name)
 				res, err := pick(0).Take(context.Background(), "k", 0)
 				require.NoError(t, err)
 				assert.Equal(t, 46, res.Tightest().Remaining, name)

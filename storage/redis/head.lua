@@ -50,17 +50,23 @@ local flags, request_cost, request_now, limit1, burst1, window1, step1, counted_
 -- order).
 local blocking, spacing = floor(flags / 32) % 2 == 1, floor(flags / 64) % 2 == 1
 local rules_end, block_ms, gap_ms, suffix = #ARGV[1], 0, 0, 0
--- once (flag 128): a take made once per request (its idempotency key),
--- whose answer is kept in the call's second key, of the same hash slot, for
--- once_ms (6 bytes, last of all): a repeat gets that answer again, with
--- one byte more that marks it, and counts nothing. Never in a batch.
+-- once (flag 128): a take made once per request (its idempotency key).
+-- An admitted one's answer is kept in the call's second key, of the same
+-- hash slot, for once_ms (6 bytes, last of all), followed by how many
+-- repeats it has answered (1 byte): a repeat gets that answer again, with
+-- one byte more that marks it, and counts nothing, up to 8 repeats (the
+-- twin of maxRepeats); the next counts as a new request. Never in a batch.
 local once, once_ms = flags >= 128, 0
 if once then
   rules_end = rules_end - 6
   once_ms = unpack('<I6', ARGV[1], rules_end + 1)
   local first = redis.call('GET', KEYS[2])
-  if first then
-    return first .. '\1'
+  if first and #first > 1 then
+    local repeats = unpack('<B', first, #first)
+    if repeats < 8 then
+      redis.call('SET', KEYS[2], sub(first, 1, #first - 1) .. pack('<B', repeats + 1), 'KEEPTTL')
+      return sub(first, 1, #first - 1) .. '\1'
+    end
   end
 end
 if spacing then

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,16 +43,15 @@ func TestTakeOnce(t *testing.T) {
 			}
 			ok, _, _ = take("r2")
 			require.True(t, ok, "the repeats counted nothing: one unit is left")
-			ok, repeat, rejected := take("r3")
+			ok, repeat, _ = take("r3")
 			require.False(t, ok)
 			require.False(t, repeat)
-			ok, repeat, again := take("r3")
+			ok, repeat, _ = take("r3")
 			assert.False(t, ok)
-			assert.True(t, repeat)
-			assert.Equal(t, rejected, again, "a rejection is kept as well")
+			assert.False(t, repeat, "a rejection is not kept: it counted nothing")
 
 			// The record lies in the key's slot, and lives for the ttl.
-			keys, err := rdb.Keys(ctx, "{*}r1").Result()
+			keys, err := rdb.Keys(ctx, "r1*").Result()
 			require.NoError(t, err)
 			require.Len(t, keys, 1)
 			assert.Equal(t, hashSlot("k"), hashSlot(keys[0]))
@@ -99,6 +99,46 @@ func TestTakeOnceAcrossReplicas(t *testing.T) {
 	_, err := stores[0].TakeAll(ctx, "shared", rules, 0, res)
 	require.NoError(t, err)
 	assert.Equal(t, int64(95), res[0].Remaining)
+}
+
+// A record answers 8 repeats; the next counts as a new request, so one id
+// reused for good spends quota as any request does.
+func TestTakeOnceRepeatsAreBounded(t *testing.T) {
+	c := newClock()
+	store, _, _ := newStore(t, c)
+	ctx := context.Background()
+	rules := []Rule{{Algorithm: FixedWindow, Limit: 3, Window: time.Hour}}
+	res := make([]Result, 1)
+	var repeats, firsts int
+	for range 30 {
+		ok, repeat, err := store.TakeOnceAll(ctx, "k", "same", time.Hour, rules, 1, res)
+		require.NoError(t, err)
+		switch {
+		case repeat:
+			repeats++
+		case ok:
+			firsts++
+		}
+	}
+	assert.Equal(t, 3, firsts, "the limit holds for a reused id")
+	assert.Equal(t, 24, repeats, "8 repeats for each of the 3 admissions")
+}
+
+// A record stays under the prefix it is given when it can: in the key's
+// slot with a tag at its end, or as it is when its prefix's tag puts it
+// there already.
+func TestTakeOnceRecordKeys(t *testing.T) {
+	for _, tt := range []struct{ key, record string }{
+		{"limiter:fw:1m:user", "limiter:fw:1m:once:abc"},
+		{"{app}:fw:1m:user", "{app}:fw:1m:once:abc"},
+		{"p{x:fw:1m:user", "p{x:fw:1m:once:abc"},
+	} {
+		got := recordKeyOf(tt.key, tt.record)
+		assert.Equal(t, hashSlot(tt.key), hashSlot(got), tt.record)
+		if !strings.Contains(tt.record, "{") || strings.Contains(tt.record, "}") {
+			assert.True(t, strings.HasPrefix(got, tt.record), "%s keeps its prefix: %s", tt.record, got)
+		}
+	}
 }
 
 // On Redis Cluster a take once per request and its record lie in one hash

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -381,6 +382,22 @@ var slotTags = sync.OnceValue(func() *[16384]string {
 	return &tags
 })
 
+// recordKeyOf is the name a take once keeps its answer under: record, in
+// key's hash slot. A record that is there already (its prefix and key's
+// share a hash tag) is used as it is; one without a '{' gets the slot's tag
+// at its end, so that it keeps its prefix (for ACLs and scans by prefix);
+// any other gets the tag in front.
+func recordKeyOf(key, record string) string {
+	slot := hashSlot(key)
+	switch {
+	case hashSlot(record) == slot:
+		return record
+	case strings.IndexByte(record, '{') < 0:
+		return record + slotTag(slot)
+	}
+	return slotTag(slot) + record
+}
+
 // slotTag is the hash tag of slot.
 func slotTag(slot int) string { return slotTags()[slot] }
 
@@ -437,16 +454,17 @@ func (s *Store) TakeAll(ctx context.Context, key string, rules []Rule, cost int6
 	return decodeResults(res, rules, results)
 }
 
-// TakeOnceAll is TakeAll made once per request: record names where the
-// first call's answer is kept, for ttl (rounded up to whole ms, at most
+// TakeOnceAll is TakeAll made once per request: record names where an
+// admitted call's answer is kept, for ttl (rounded up to whole ms, at most
 // 2^48-1 ms), and a call with the same record within ttl gets that answer
-// again, counts nothing and reports repeat. The check, the take and the
-// record are one script call, so replicas that send the same request at
-// once count it once. The record is a key of its own, beside key's: the
-// Store puts a hash tag in front of record so that it lies in key's hash
-// slot (Cluster), and the call goes to key's server (Ring). Give each
-// request a record of its own, such as a digest of key and the request's
-// Idempotency-Key. A call once per request is not batched with others.
+// again, counts nothing and reports repeat, up to 8 repeats (the next
+// counts as a new call). A rejection is not kept: it counted nothing, and
+// its retry is decided afresh. The check, the take and the record are one
+// script call, so replicas that send the same request at once count it
+// once. The record is a key of its own, in key's hash slot (Cluster) and
+// sent to key's server (Ring): see recordKeyOf. Give each request a record
+// of its own, such as a digest of key and the request's Idempotency-Key. A
+// call once per request is not batched with others.
 func (s *Store) TakeOnceAll(ctx context.Context, key, record string, ttl time.Duration, rules []Rule, cost int64, results []Result) (allowed, repeat bool, err error) {
 	if len(results) < len(rules) {
 		return false, false, fmt.Errorf("limiter: redis take: %d results for %d rules", len(results), len(rules))
@@ -466,7 +484,7 @@ func (s *Store) TakeOnceAll(ctx context.Context, key, record string, ttl time.Du
 	arg := make([]byte, len(packed)+argBlockSize)
 	copy(arg, packed)
 	putUint(arg[len(packed):], uint64(min(timestep.Millis(ttl), max6)))
-	recordKey := slotTag(hashSlot(key)) + record
+	recordKey := recordKeyOf(key, record)
 	alg := rules[0].Algorithm
 	cmd := runScriptOnce(ctx, s.calls, alg, key, recordKey, string(arg))
 	res, err := cmd.Result()

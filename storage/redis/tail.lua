@@ -138,7 +138,7 @@ if n == 1 then
 else
   reply = pack('<B', admitted + never) .. answer .. granted
 end
-if once then
-  redis.call('SET', KEYS[2], reply, 'PX', once_ms)
+if once and admitted == 1 then
+  redis.call('SET', KEYS[2], reply .. '\0', 'PX', once_ms)
 end
 return reply
