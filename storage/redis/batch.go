@@ -164,7 +164,7 @@ var batchReplaced = [][2]string{
 	{"redis.call('PTTL', key)", "batch_pttl(key)"},
 	// A take once per request goes alone, never in a batch.
 	{"redis.call('GET', KEYS[2])", "error('limiter: a take once per request is never batched')"},
-	{"redis.call('SET', KEYS[2], sub(first, 1, #first - 1) .. pack('<B', repeats + 1), 'KEEPTTL')", "error('limiter: a take once per request is never batched')"},
+	{"redis.call('SET', KEYS[2], first_answer .. pack('<B', repeats + 1), 'KEEPTTL')", "error('limiter: a take once per request is never batched')"},
 	{"redis.call('SET', KEYS[2], reply .. '\\0', 'PX', once_ms)", "error('limiter: a take once per request is never batched')"},
 }
 
@@ -224,7 +224,7 @@ func (g *batchGroup) queue(ctx context.Context, pipe redis.Pipeliner, name strin
 		if name == "eval" {
 			script = scriptSources[c.alg]
 		}
-		c.cmd = scriptCmd(ctx, name, script, c.key, c.arg)
+		c.cmd = scriptCmd(ctx, name, script, c.arg, c.key)
 		_ = pipe.Process(ctx, c.cmd)
 		return
 	}

@@ -62,10 +62,10 @@ if once then
   once_ms = unpack('<I6', ARGV[1], rules_end + 1)
   local first = redis.call('GET', KEYS[2])
   if first and #first > 1 then
-    local repeats = unpack('<B', first, #first)
+    local first_answer, repeats = sub(first, 1, #first - 1), unpack('<B', first, #first)
     if repeats < 8 then
-      redis.call('SET', KEYS[2], sub(first, 1, #first - 1) .. pack('<B', repeats + 1), 'KEEPTTL')
-      return sub(first, 1, #first - 1) .. '\1'
+      redis.call('SET', KEYS[2], first_answer .. pack('<B', repeats + 1), 'KEEPTTL')
+      return first_answer .. '\1'
     end
   end
 end

@@ -345,24 +345,22 @@ func (r Rule) check(alg Algorithm) (window, step int64, err error) {
 // or after a restart or SCRIPT FLUSH, when the server answers NOSCRIPT,
 // EVAL.
 func runScript(ctx context.Context, client redis.UniversalClient, alg Algorithm, key, arg string) *redis.StringCmd {
-	cmd := scriptCmd(ctx, "evalsha", scripts[alg].Hash(), key, arg)
-	_ = client.Process(ctx, cmd)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd = scriptCmd(ctx, "eval", scriptSources[alg], key, arg)
-		_ = client.Process(ctx, cmd)
-	}
-	return cmd
+	return runScriptWith(ctx, client, alg, arg, key)
 }
 
 // runScriptOnce is runScript for a take once per request, whose answer is
 // kept in record, a key of key's hash slot.
 func runScriptOnce(ctx context.Context, client redis.UniversalClient, alg Algorithm, key, record, arg string) *redis.StringCmd {
-	cmd := redis.NewStringCmd(ctx, "evalsha", scripts[alg].Hash(), 2, key, record, arg)
-	cmd.SetFirstKeyPos(3)
+	return runScriptWith(ctx, client, alg, arg, key, record)
+}
+
+// runScriptWith is runScript with the keys of the call: the limited key,
+// then any other the call reads or writes.
+func runScriptWith(ctx context.Context, client redis.UniversalClient, alg Algorithm, arg string, keys ...string) *redis.StringCmd {
+	cmd := scriptCmd(ctx, "evalsha", scripts[alg].Hash(), arg, keys...)
 	_ = client.Process(ctx, cmd)
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd = redis.NewStringCmd(ctx, "eval", scriptSources[alg], 2, key, record, arg)
-		cmd.SetFirstKeyPos(3)
+		cmd = scriptCmd(ctx, "eval", scriptSources[alg], arg, keys...)
 		_ = client.Process(ctx, cmd)
 	}
 	return cmd
@@ -401,10 +399,15 @@ func recordKeyOf(key, record string) string {
 // slotTag is the hash tag of slot.
 func slotTag(slot int) string { return slotTags()[slot] }
 
-// scriptCmd is EVAL or EVALSHA (name) of script with key and arg.
-func scriptCmd(ctx context.Context, name, script, key, arg string) *redis.StringCmd {
-	cmd := redis.NewStringCmd(ctx, name, script, 1, key, arg)
-	cmd.SetFirstKeyPos(3) // for Redis Cluster's routing
+// scriptCmd is EVAL or EVALSHA (name) of script with keys and arg.
+func scriptCmd(ctx context.Context, name, script, arg string, keys ...string) *redis.StringCmd {
+	args := make([]any, 0, 4+len(keys))
+	args = append(args, name, script, len(keys))
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	cmd := redis.NewStringCmd(ctx, append(args, arg)...)
+	cmd.SetFirstKeyPos(3) // for Redis Cluster's routing: the limited key
 	return cmd
 }
 
