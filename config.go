@@ -8,11 +8,12 @@ import (
 	"github.com/gofiber/fiber/v2"
 )
 
-// Config defines the limiter. Its field names, types and defaults are those
+// Config defines the limiter. Its fields from Next to Key (the deprecated
+// Duration, Store and Key among them) have the names, types and defaults
 // of Fiber's middleware/limiter, so a Fiber config compiles unchanged
-// (MaxFunc is Fiber v3's; Fiber v2.52 has none); the fields after
-// LimiterMiddleware are this limiter's own. An invalid value
-// makes New panic with a message that names the field.
+// (MaxFunc is Fiber v3's; Fiber v2.52 has none); the fields from Burst on
+// are this limiter's own. An invalid value makes New panic with a message
+// that names the field.
 type Config struct {
 	// Next skips the limiter for a request when it returns true: the request
 	// is neither counted nor given rate-limit headers.

@@ -1,12 +1,20 @@
-// Package limiter is a rate-limiting middleware for Fiber v2, configured like
-// Fiber's own middleware/limiter, with a fixed window, a sliding window and a
-// token bucket, millisecond-exact time, and headers on every response.
+// Package limiter is a rate-limiting middleware for Fiber v2. Its Config is
+// Fiber's middleware/limiter config, so a Fiber config compiles unchanged,
+// and it adds a token bucket and an exact sliding log beside the fixed and
+// sliding windows, several limits per request, millisecond time, and
+// rate-limit headers on every response.
 //
-// State lives in this process by default. Given a Redis Storage (the
-// *Storage of github.com/gofiber/storage/redis/v3 works as it is), every
-// decision is one atomic Lua script call in Redis, so any number of replicas
-// admit exactly the limit between them, on one Redis or a Redis Cluster.
-// Several limits, such as 10 per second and 1000 per hour, can be decided as
+// State lives in this process by default: a sharded in-memory manager,
+// bounded in keys, that allocates nothing per request. Set Config.Storage
+// to a Redis storage (the *Storage of github.com/gofiber/storage/redis/v3,
+// or a Store of this module's storage/redis) and the limiter finds the
+// go-redis client behind it: every decision is then one atomic Lua script
+// call in Redis, so any number of replicas admit exactly the limit between
+// them, on one Redis or a Redis Cluster. Any other fiber.Storage is exact
+// within one process only. Config.FailurePolicy says what happens while
+// Redis is out of reach.
+//
+// Several limits, such as 10 per second and 1000 per hour, are decided as
 // one (Config.Limits), and several limiters share a Storage without
 // touching each other's state (Config.Name).
 //
@@ -15,6 +23,10 @@
 //		Expiration:        time.Minute,
 //		LimiterMiddleware: limiter.TokenBucket{},
 //	}))
+//
+// The same engine serves Fiber v3 (github.com/fiberlimit/limiter/fiberv3),
+// net/http (github.com/fiberlimit/limiter/nethttp) and any Go program
+// (github.com/fiberlimit/limiter/quota).
 package limiter
 
 import (

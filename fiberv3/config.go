@@ -26,7 +26,7 @@ type Config struct {
 	Storage fiber.Storage
 
 	// LimiterMiddleware chooses the algorithm: FixedWindow{},
-	// SlidingWindow{} or TokenBucket{}.
+	// SlidingWindow{}, TokenBucket{} or SlidingLog{}.
 	//
 	// Optional. Default: FixedWindow{}
 	LimiterMiddleware Handler

@@ -8,13 +8,12 @@ import (
 // The deciding core is package quota, which knows nothing of Fiber; these
 // are its types under the names the Fiber v2 middleware gives them.
 
-// Decision is the outcome of a decision under one limit.
-type Decision = quota.Decision
-
-// InfDuration is the RetryAfter of a request that can never be admitted,
-// because its cost is larger than the limit (or the token bucket's Burst).
-// No Retry-After header is sent for such a request.
-const InfDuration = quota.Never
+// Never is DecisionEvent.RetryAfter for a request that can never be
+// admitted, because its cost is larger than the limit (or the token
+// bucket's Burst). No Retry-After header is sent for such a request. It is
+// the longest time.Duration, and the same value as quota.Never and
+// storage/redis.Never.
+const Never = quota.Never
 
 // FailurePolicy says what the limiter does with a request when its Storage
 // fails or the breaker keeps requests off it (Config.FailurePolicy).

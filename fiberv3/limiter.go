@@ -1,14 +1,16 @@
 // Package limiter is a rate-limiting middleware for Fiber v3, configured
 // like Fiber v3's own middleware/limiter (a Fiber v3 config compiles after
-// changing only the import path), with a fixed window, a sliding window
-// and a token bucket, millisecond-exact time, and headers on every
-// response.
+// changing only the import path), with a fixed window, a sliding window,
+// a token bucket and an exact sliding log, several limits per request,
+// millisecond time, and rate-limit headers on every response.
 //
 // State lives in this process by default. Given a Redis Storage (the
-// *Storage of github.com/gofiber/storage/redis/v3 works as it is), every
-// decision is one atomic Lua script call in Redis, so any number of
-// replicas admit exactly the limit between them, on one Redis or a Redis
-// Cluster. It decides with the same engine, and the same decisions, as
+// *Storage of github.com/gofiber/storage/redis/v3, or a Store of
+// github.com/fiberlimit/limiter/storage/redis), the limiter finds the
+// go-redis client behind it and makes every decision one atomic Lua script
+// call in Redis, so any number of replicas admit exactly the limit between
+// them, on one Redis or a Redis Cluster. Any other fiber.Storage is exact
+// within one process only. It decides with the same engine, and the same decisions, as
 // the Fiber v2 middleware github.com/fiberlimit/limiter and the net/http
 // one, github.com/fiberlimit/limiter/nethttp.
 //

@@ -2,8 +2,10 @@
 // func(http.Handler) http.Handler for plain servers, chi, gorilla/mux and
 // any router that takes one. It decides with the same engine (package
 // quota) and sends the same headers as the Fiber middlewares of this
-// module: a fixed window, a sliding window or a token bucket per key,
-// millisecond-exact, in memory or exact across replicas on Redis.
+// module: a fixed window, a sliding window, a token bucket or a sliding
+// log per key, millisecond-exact, in memory or, given a go-redis client
+// (Config.Redis), exact across replicas by one Lua script call per
+// decision.
 //
 //	limit := nethttp.New(nethttp.Config{Max: 100, Expiration: time.Minute})
 //	http.ListenAndServe(":8080", limit(mux))

@@ -189,14 +189,14 @@ func (tr *fuzzTrace) advance(ms int64) { tr.now = min(tr.now+ms, fuzzMaxNow) }
 //   - Limit is the capacity (limit, or the bucket's burst); Remaining is in
 //     [0, Limit] and exact: a take of Remaining right after is admitted, one
 //     of Remaining+1 is not; ResetAfter and RetryAfter are >= 0.
-//   - RetryAfter is InfDuration exactly when cost > capacity; it is 0 when
+//   - RetryAfter is Never exactly when cost > capacity; it is 0 when
 //     admitted; a cost of 0 is admitted.
 //   - A rejected take leaves the state unchanged, and its finite RetryAfter
 //     is positive and at most ResetAfter.
 //   - RetryAfter is exact: the same take is admitted at now+RetryAfter, and
 //     not 1 ms earlier. ResetAfter is exact: a take of the whole capacity is
 //     admitted at now+ResetAfter, and not 1 ms earlier. (Both are skipped when
-//     they saturate at InfDuration-1, about 292 years.)
+//     they saturate at Never-1, about 292 years.)
 //   - A late take is never admitted where the same take at the key's time
 //     would be rejected.
 //
@@ -209,7 +209,7 @@ func (tr *fuzzTrace) take(at, cost int64) {
 	tr.check(d.Limit == int(capacity), "Limit is not the capacity")
 	tr.check(d.Remaining >= 0 && d.Remaining <= d.Limit, "Remaining outside [0, Limit]")
 	tr.check(d.ResetAfter >= 0 && d.RetryAfter >= 0, "negative ResetAfter or RetryAfter")
-	tr.check((cost > capacity) == (d.RetryAfter == Never), "RetryAfter is InfDuration but for cost > capacity")
+	tr.check((cost > capacity) == (d.RetryAfter == Never), "RetryAfter is Never but for cost > capacity")
 	tr.check(cost > 0 || d.Allowed, "cost 0 rejected")
 	if d.Allowed {
 		tr.check(d.RetryAfter == 0, "admitted with a RetryAfter")
@@ -260,8 +260,8 @@ func (tr *fuzzTrace) admits(s state, at, cost int64) bool {
 	return d.Allowed
 }
 
-// ceilMillis is d in whole milliseconds, rounded up, unless d is InfDuration
-// or saturated at InfDuration-1.
+// ceilMillis is d in whole milliseconds, rounded up, unless d is Never
+// or saturated at Never-1.
 func ceilMillis(d time.Duration) (int64, bool) {
 	if d >= Never-1 {
 		return 0, false

@@ -35,4 +35,15 @@ func TestMetricsCountDecisions(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	assert.Contains(t, string(body), `limiter_decisions_total{algorithm="fixed_window",allowed="false",backend="memory",dry_run="false",source="backend"} 3`)
 	assert.True(t, strings.Contains(string(body), `limiter_decision_duration_seconds_count{backend="memory",source="backend"} 8`), "%s", body)
+	// Bucket bounds print as written: le="2.5e-05", not a long fraction.
+	for _, le := range []string{`le="1e-05"`, `le="2.5e-05"`, `le="0.00025"`, `le="0.1"`, `le="+Inf"`} {
+		assert.Contains(t, string(body), le)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if i := strings.Index(line, `le="`); i >= 0 {
+			le := line[i+len(`le="`):]
+			le = le[:strings.IndexByte(le, '"')]
+			assert.LessOrEqual(t, len(le), 7, "bucket bound %s", le)
+		}
+	}
 }

@@ -28,8 +28,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "limiter_decision_duration_seconds",
 			Help: "Time the limiter took to decide, from the call to its backend to the answer.",
-			// 10 µs (in memory) to 100 ms (the default StorageTimeout).
-			Buckets: prometheus.ExponentialBucketsRange(10e-6, 0.1, 12),
+			// 10 µs (in memory) to 100 ms (the default StorageTimeout),
+			// in steps of 1, 2.5, 5 per decade, so that the le labels
+			// read as written.
+			Buckets: []float64{
+				0.00001, 0.000025, 0.00005,
+				0.0001, 0.00025, 0.0005,
+				0.001, 0.0025, 0.005,
+				0.01, 0.025, 0.05,
+				0.1,
+			},
 		}, []string{"backend", "source"}),
 	}
 	reg.MustRegister(m.decisions, m.latency)
