@@ -200,7 +200,7 @@ type Config struct {
 	DisableHeaders bool
 
 	// Headers chooses the rate-limit response headers: HeadersXRateLimit
-	// (X-RateLimit-Limit, -Remaining, -Reset: the limit, what is left, and
+	// (X-Ratelimit-Limit, -Remaining, -Reset: the limit, what is left, and
 	// whole seconds until the quota is fully back), HeadersIETF
 	// (RateLimit-Policy and RateLimit of draft-ietf-httpapi-ratelimit-headers-10,
 	// RFC 9651 structured fields: `"default";q=100;w=60` and

@@ -9,7 +9,7 @@ import (
 // Expiration (a request of cost n counts n times) and admits a request
 // while they, with its cost, stay within Max: at most Max in any window of
 // Expiration, exactly, with no estimate and no boundary burst. The choice
-// for small, strict limits, such as 5 logins per 15 minutes. X-RateLimit-Reset
+// for small, strict limits, such as 5 logins per 15 minutes. X-Ratelimit-Reset
 // is when the oldest counted request leaves the window.
 //
 // A key keeps one entry per unit of Max, so Max is at most 10,000 (New

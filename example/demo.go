@@ -41,6 +41,7 @@ var demoAlgorithms = map[string]struct {
 	"fixed":   {limiter.FixedWindow{}, "fw"},
 	"sliding": {limiter.SlidingWindow{}, "sw"},
 	"token":   {limiter.TokenBucket{}, "tb"},
+	"log":     {limiter.SlidingLog{}, "sl"},
 }
 
 // algorithmNames lists the -algorithm flag's values, sorted.
@@ -53,6 +54,9 @@ func algorithmNames() []string {
 	return names
 }
 
+// maxLogLimit is the largest Max of a SlidingLog.
+const maxLogLimit = 10_000
+
 // validate reports a limit below 1 or an unknown algorithm.
 func (d demoConfig) validate() error {
 	if d.Limit < 1 {
@@ -60,6 +64,9 @@ func (d demoConfig) validate() error {
 	}
 	if _, ok := demoAlgorithms[d.Algorithm]; !ok {
 		return fmt.Errorf("-algorithm %q: want one of %s", d.Algorithm, strings.Join(algorithmNames(), ", "))
+	}
+	if d.Algorithm == "log" && d.Limit > maxLogLimit {
+		return fmt.Errorf("-demo-limit %d: the sliding log keeps one entry per request, at most %d", d.Limit, maxLogLimit)
 	}
 	return nil
 }

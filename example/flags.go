@@ -45,8 +45,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&opts.demo.Limit, "demo-limit", opts.demo.Limit, "requests per hour that GET /demo admits, one quota for all clients (each replica its own without -redis)")
 	fs.DurationVar(&opts.storageTimeout, "storage-timeout", opts.storageTimeout, "the limiters' StorageTimeout: a Redis call slower than this is decided by the replica's own in-memory fallback (the library's default is 100ms); at least 1ms")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage of example (from the repository root):
-  go run ./example [-replicas N] [-addr host:port] [-redis URL] [-algorithm fixed|sliding|token] [-demo-limit N] [-storage-timeout D]
+		// Like the flag package's own usage: a failed write to stderr has
+		// nowhere to be reported.
+		_, _ = fmt.Fprint(fs.Output(), `Usage of example (from the repository root):
+  go run ./example [-replicas N] [-addr host:port] [-redis URL] [-algorithm fixed|sliding|token|log] [-demo-limit N] [-storage-timeout D]
 
 For example, 3 replicas on :3000-:3002 sharing one Redis, then the load generator:
   go run ./example -replicas 3 -redis redis://127.0.0.1:6379/0

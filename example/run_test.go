@@ -94,6 +94,7 @@ func TestFlagErrors(t *testing.T) {
 		{"-replicas", "65"},
 		{"-algorithm", "leaky"},
 		{"-demo-limit", "0"},
+		{"-algorithm", "log", "-demo-limit", "10001"},
 		{"-storage-timeout", "500us"},
 		{"-storage-timeout", "soon"},
 		{"-redis", "http://127.0.0.1:6379"},

@@ -73,8 +73,9 @@ const (
 type HeaderMode = headers.Mode
 
 const (
-	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset, as Fiber's limiter does. The default.
+	// HeadersXRateLimit sends X-Ratelimit-Limit, X-Ratelimit-Remaining and
+	// X-Ratelimit-Reset (so spelled on the wire), as Fiber's limiter does.
+	// The default.
 	HeadersXRateLimit = headers.XRateLimit
 	// HeadersIETF sends RateLimit-Policy and RateLimit, the fields of
 	// draft-ietf-httpapi-ratelimit-headers-10.

@@ -267,8 +267,8 @@ type Limit struct {
 type HeaderMode = headers.Mode
 
 const (
-	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset. The default.
+	// HeadersXRateLimit sends X-Ratelimit-Limit, X-Ratelimit-Remaining and
+	// X-Ratelimit-Reset (so spelled on the wire). The default.
 	HeadersXRateLimit = headers.XRateLimit
 	// HeadersIETF sends RateLimit-Policy and RateLimit, the fields of
 	// draft-ietf-httpapi-ratelimit-headers-10.
