@@ -140,7 +140,7 @@ func Example_redis() {
 		// In production, for example: fiberredis.Config{URL: "redis://redis:6379/0"}.
 		// Here, the redis-server the tests started.
 		storage := fiberredis.New(fiberredis.Config{URL: "redis://" + os.Getenv("LIMITER_EXAMPLE_REDIS")})
-		defer storage.Close()
+		defer func() { _ = storage.Close() }()
 		app := fiber.New()
 		app.Use(limiter.New(limiter.Config{
 			Name:       "api", // replicas share by running the same config; in one process, by the same Name

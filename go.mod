@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/dunglas/httpsfv v1.1.2
-	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/gofiber/storage/redis/v3 v3.4.3
 	github.com/redis/go-redis/v9 v9.23.0

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fiberlimit/limiter/internal/redistest"
 	"github.com/fiberlimit/limiter/storage/redis"
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkRedisLimitsCPU measures the Redis CPU of a decision under one
@@ -25,8 +26,8 @@ func BenchmarkRedisLimitsCPU(b *testing.B) {
 	srv := redistest.Start(b)
 	admin := srv.Client(b)
 	ctx := context.Background()
-	store := redis.New(rbClient(srv, callers, nil))
-	defer store.Close()
+	store := redis.New(rbClient(srv, callers))
+	b.Cleanup(func() { require.NoError(b, store.Close()) })
 	keys := make([]string, 100_000)
 	for i := range keys {
 		keys[i] = ":" + strconv.Itoa(i)

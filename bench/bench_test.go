@@ -58,7 +58,9 @@ func TestQuickRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	r.write(&buf)
+	if err := r.write(&buf); err != nil {
+		t.Fatal(err)
+	}
 	out := buf.String()
 	t.Log("\n" + out)
 
@@ -227,7 +229,9 @@ func TestTable(t *testing.T) {
 	tb := &table{title: "T", header: []string{"a", "bb"}, notes: []string{"n"}}
 	tb.add("xyz", "1")
 	var buf bytes.Buffer
-	tb.write(&buf)
+	if err := tb.write(&buf); err != nil {
+		t.Fatal(err)
+	}
 	want := "\n## T\n\n| a   | bb |\n|:----|---:|\n| xyz |  1 |\n  n\n"
 	if buf.String() != want {
 		t.Errorf("table:\n%q\nwant\n%q", buf.String(), want)

@@ -115,7 +115,10 @@ func runHeapChild(spec string, w io.Writer) int {
 		fmt.Fprintf(os.Stderr, "heap %s: %v\n", variant, err)
 		return 1
 	}
-	fmt.Fprintf(w, "%.3f\n", perKey)
+	if _, err := fmt.Fprintf(w, "%.3f\n", perKey); err != nil {
+		fmt.Fprintf(os.Stderr, "heap %s: %v\n", variant, err)
+		return 1
+	}
 	return 0
 }
 

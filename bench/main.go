@@ -113,5 +113,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: %v (after %s)\n", err, time.Since(start).Round(time.Second))
 		os.Exit(1)
 	}
-	r.write(os.Stdout)
+	if err := r.write(os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: writing the report: %v\n", err)
+		os.Exit(1)
+	}
 }

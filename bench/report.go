@@ -26,8 +26,8 @@ type report struct {
 
 // progressf writes one progress line, when o has somewhere to write it.
 func progressf(o options, format string, args ...any) {
-	if o.progress != nil {
-		fmt.Fprintf(o.progress, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	if o.progress != nil { // best effort: a lost progress line costs nothing
+		_, _ = fmt.Fprintf(o.progress, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
 }
 
@@ -103,15 +103,20 @@ func runAll(o options) (*report, error) {
 	return r, nil
 }
 
-// write prints the header and every figure's tables.
-func (r *report) write(w io.Writer) {
-	fmt.Fprintln(w, "# github.com/fiberlimit/limiter: side-by-side benchmark")
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "command: %s\n", r.o.command)
-	fmt.Fprintf(w, "machine: %s\n", r.machine)
-	fmt.Fprintf(w, "rounds:  %d; each round runs every variant of a figure in turn; cells are medians over rounds; run took %s\n",
+// write prints the header and every figure's tables, and returns the first
+// write error.
+func (r *report) write(w io.Writer) error {
+	ew := &errWriter{w: w}
+	ew.println("# github.com/fiberlimit/limiter: side-by-side benchmark")
+	ew.println()
+	ew.printf("command: %s\n", r.o.command)
+	ew.printf("machine: %s\n", r.machine)
+	ew.printf("rounds:  %d; each round runs every variant of a figure in turn; cells are medians over rounds; run took %s\n",
 		r.o.rounds, r.elapsed.Round(time.Second))
-	fmt.Fprintln(w, "peers:   Fiber v2 middleware/limiter (memory; gofiber/storage/redis/v3), go-redis/redis_rate/v10, ulule/limiter/v3 (redis; memory)")
+	ew.println("peers:   Fiber v2 middleware/limiter (memory; gofiber/storage/redis/v3), go-redis/redis_rate/v10, ulule/limiter/v3 (redis; memory)")
+	if ew.err != nil {
+		return ew.err
+	}
 	var figures [][]*table
 	if r.overhead != nil {
 		figures = append(figures, r.overhead.tables())
@@ -133,7 +138,31 @@ func (r *report) write(w io.Writer) {
 	}
 	for _, ts := range figures {
 		for _, t := range ts {
-			t.write(w)
+			if err := t.write(w); err != nil {
+				return err
+			}
 		}
+	}
+	return nil
+}
+
+// errWriter writes to w until a write fails, then no more: err is the
+// first failure, for the caller to check once at the end.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+// printf is fmt.Fprintf to w, unless a write has failed.
+func (ew *errWriter) printf(format string, args ...any) {
+	if ew.err == nil {
+		_, ew.err = fmt.Fprintf(ew.w, format, args...)
+	}
+}
+
+// println is fmt.Fprintln to w, unless a write has failed.
+func (ew *errWriter) println(args ...any) {
+	if ew.err == nil {
+		_, ew.err = fmt.Fprintln(ew.w, args...)
 	}
 }

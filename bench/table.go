@@ -20,8 +20,10 @@ type table struct {
 func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
 
 // write renders the table: the title, the header, a rule, the rows (the
-// first column left-aligned, the others right-aligned), then the notes.
-func (t *table) write(w io.Writer) {
+// first column left-aligned, the others right-aligned), then the notes. It
+// returns the first write error.
+func (t *table) write(w io.Writer) error {
+	ew := &errWriter{w: w}
 	widths := make([]int, len(t.header))
 	for i, h := range t.header {
 		widths[i] = utf8.RuneCountInString(h)
@@ -48,9 +50,9 @@ func (t *table) write(w io.Writer) {
 				sb.WriteString(" " + pad + c + " |")
 			}
 		}
-		fmt.Fprintln(w, sb.String())
+		ew.println(sb.String())
 	}
-	fmt.Fprintf(w, "\n## %s\n\n", t.title)
+	ew.printf("\n## %s\n\n", t.title)
 	line(t.header)
 	var rule strings.Builder
 	rule.WriteString("|")
@@ -61,13 +63,14 @@ func (t *table) write(w io.Writer) {
 			rule.WriteString(strings.Repeat("-", wd+1) + ":|")
 		}
 	}
-	fmt.Fprintln(w, rule.String())
+	ew.println(rule.String())
 	for _, row := range t.rows {
 		line(row)
 	}
 	for _, n := range t.notes {
-		fmt.Fprintln(w, "  "+n)
+		ew.println("  " + n)
 	}
+	return ew.err
 }
 
 // fmtRate writes a rate per second with a k or M suffix.

@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	select {
 	case err = <-set.stopped:
 	case <-ctx.Done():
-		fmt.Fprintln(stdout, "shutting down")
+		_, _ = fmt.Fprintln(stdout, "shutting down") // a notice, as printUsage's: best effort
 	}
 	return errors.Join(err, set.shutdown())
 }

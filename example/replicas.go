@@ -69,7 +69,8 @@ func startReplicas(ctx context.Context, opts options, logs io.Writer) (_ *replic
 			cfg.onStorageError = func(err error) {
 				logMu.Lock()
 				defer logMu.Unlock()
-				fmt.Fprintf(logs, "replica %d: %v (requests fall back to this replica's memory until Redis answers)\n", number, err)
+				// A log line that cannot be written has nowhere else to go.
+				_, _ = fmt.Fprintf(logs, "replica %d: %v (requests fall back to this replica's memory until Redis answers)\n", number, err)
 			}
 		}
 		r := &replica{url: baseURL(ln.Addr()), ln: ln, app: newApp(cfg), store: stores[i], served: make(chan struct{})}

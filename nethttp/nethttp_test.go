@@ -70,7 +70,7 @@ func TestStreamingHandler(t *testing.T) {
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
 	require.NoError(t, err)
-	defer resp.Body.Close()
+	defer func() { assert.NoError(t, resp.Body.Close()) }()
 	assert.Equal(t, "4", resp.Header.Get("X-RateLimit-Remaining"))
 }
 
@@ -88,7 +88,7 @@ func TestFlushFirstAndInterfaces(t *testing.T) {
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
 	require.NoError(t, err)
-	defer resp.Body.Close()
+	defer func() { assert.NoError(t, resp.Body.Close()) }()
 	assert.Equal(t, "4", resp.Header.Get("X-RateLimit-Remaining"))
 	assert.True(t, flusher)
 	assert.True(t, hijacker)

@@ -103,10 +103,6 @@ func (r rule) span(n int64) time.Duration {
 // in-memory manager keeps it in.
 const maxLimit = math.MaxUint32
 
-// clampLimit caps a per-call limit (from TakeWith) at maxLimit; such a
-// limit is effectively unlimited anyway.
-func clampLimit(limit int64) int64 { return min(limit, maxLimit) }
-
 // state is one key's stored state. Its fields mean what the algorithm says.
 type state struct {
 	a, b int64

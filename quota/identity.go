@@ -170,7 +170,7 @@ func (r *identityRegistry) live(id identity, named bool) bool {
 			continue
 		}
 		users = append(users, u)
-		if !(named && u.named) {
+		if !named || !u.named {
 			clash = true
 		}
 	}

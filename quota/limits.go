@@ -1,10 +1,6 @@
 package quota
 
-import (
-	"time"
-
-	"github.com/fiberlimit/limiter/internal/timestep"
-)
+import "time"
 
 // A limiter decides each request under one or more limits (Config.Limits),
 // each a rule of its own over the same key: say 10 per second and 1000 per
@@ -104,18 +100,6 @@ func (v *Result) TightestIndex() int { return v.tightest() }
 // Source says what answered: the backend, the deny cache, or the failure
 // policy.
 func (v *Result) Source() Source { return v.source }
-
-// spentFor is how many whole seconds the limits with nothing left need to
-// have their quota fully back (the longest), or 0 when none is spent.
-func (v *Result) spentFor() int64 {
-	var spent int64
-	for i := range v.n {
-		if d := &v.each[i]; d.Remaining == 0 {
-			spent = max(spent, timestep.Seconds(d.ResetAfter))
-		}
-	}
-	return spent
-}
 
 // tightest returns the index of the most restrictive limit, the one the
 // X-RateLimit headers and OnDecision describe: the least Remaining, then

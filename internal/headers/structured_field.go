@@ -97,14 +97,15 @@ func (p *sfParser) bareItem() ([]byte, bool) {
 // '.' and '*'.
 func (p *sfParser) key() ([]byte, bool) {
 	start := p.i
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.' || c == '*') {
-			break
-		}
+	for p.i < len(p.b) && isKeyByte(p.b[p.i]) {
 		p.i++
 	}
 	return p.b[start:p.i], p.i > start
+}
+
+// isKeyByte reports whether c may be part of a parameter's key.
+func isKeyByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.' || c == '*'
 }
 
 // bareValue consumes a parameter's value; isInt tells whether it is a

@@ -130,12 +130,13 @@ func (r *Report) Write(w io.Writer) error {
 		r.Path, plural(r.Requests, "request"), plural(len(r.Targets), "target"), plural(r.Concurrency, "worker"),
 		r.Elapsed.Round(time.Millisecond), rate)
 
+	// tw writes to a strings.Builder, which cannot fail: neither can tw.
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\treplica\tadmitted(200)\trejected(429)\tother\terrors")
+	_, _ = fmt.Fprintln(tw, "target\treplica\tadmitted(200)\trejected(429)\tother\terrors")
 	for _, c := range append(slices.Clone(r.Targets), r.Total) {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\n", c.Target, c.Replica, c.Admitted, c.Rejected, c.Other, c.Errors)
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\n", c.Target, c.Replica, c.Admitted, c.Rejected, c.Other, c.Errors)
 	}
-	_ = tw.Flush() // writes to a strings.Builder, which cannot fail
+	_ = tw.Flush()
 
 	if len(r.OtherStatuses) > 0 {
 		var parts []string
