@@ -55,7 +55,7 @@ type Config struct {
 	// rounded up. Any length up to the longest time.Duration works. A quota
 	// too large to count exactly in milliseconds over its window (Max ×
 	// Expiration in ms above 2^51, say 10^8 per day) is counted in the
-	// finest coarser steps that keep it exact (4 ms there; about 1 s for a
+	// finest coarser steps that keep it exact (4 ms there; 1.152 s for a
 	// billion per 30 days), preferably steps that divide the window, else
 	// rounding it up by less than a step. Must be 0 (the default) or at
 	// least 1 ms.
@@ -162,11 +162,12 @@ type Config struct {
 	// without a Name). Limiters that differ in algorithm or in a window
 	// therefore never share state; replicas running the same code do, and
 	// admit exactly the limit together. Two limiters of one process on the
-	// same Storage (the same value, or for Redis the same client) with the
-	// same algorithm and windows and no Name would read each other's
-	// state: New panics for the second, asking for a Name (say, the
-	// route). The same Storage is the same Redis server and database,
-	// through any client, or the same value of another fiber.Storage.
+	// same Storage with the same algorithm and windows and no Name would
+	// read each other's state: New panics for the second, asking for a
+	// Name (say, the route). The same Storage is, for Redis, the same
+	// server address, database and user through any client (the same seed
+	// addresses for a Cluster or Ring; the same client for a Sentinel
+	// failover client), and for another fiber.Storage the same value.
 	// Limiters given the same Name (and the same algorithm and windows)
 	// share their state on purpose, as replicas do. Changing Max, Burst or
 	// a PolicyName keeps the counts a deploy finds; changing an Expiration,
@@ -437,7 +438,9 @@ type Limit struct {
 }
 
 // ConfigDefault is the config used when New is called without one, and the
-// source of every default.
+// source of the defaults New fills in, but for IPv6Prefix (64),
+// IdempotencyTTL (1 hour) and IdempotencyKeys (8192), which New fills in
+// when they are 0.
 var ConfigDefault = Config{
 	Max:          5,
 	Expiration:   1 * time.Minute,

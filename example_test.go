@@ -46,16 +46,16 @@ func ExampleNew() {
 	}))
 	app.Get("/", ok)
 
-	send(app, 3, "/", "X-RateLimit-Remaining", "Retry-After")
+	send(app, 3, "/", "X-Ratelimit-Remaining", "Retry-After")
 	// Output:
-	// 200 | X-RateLimit-Remaining: 1
-	// 200 | X-RateLimit-Remaining: 0
-	// 429 | X-RateLimit-Remaining: 0 | Retry-After: 60
+	// 200 | X-Ratelimit-Remaining: 1
+	// 200 | X-Ratelimit-Remaining: 0
+	// 429 | X-Ratelimit-Remaining: 0 | Retry-After: 60
 }
 
 // FixedWindow, named explicitly, with a key of the caller's choosing: each
 // API key gets Max requests per window, counted from its first request, and
-// one client's spent quota leaves another's alone. X-RateLimit-Reset is the
+// one client's spent quota leaves another's alone. X-Ratelimit-Reset is the
 // seconds until the window ends and the quota is back.
 func ExampleFixedWindow() {
 	app := fiber.New()
@@ -75,7 +75,7 @@ func ExampleFixedWindow() {
 			panic(err)
 		}
 		_ = resp.Body.Close()
-		fmt.Println(apiKey, resp.StatusCode, "remaining", resp.Header.Get("X-RateLimit-Remaining"), "reset", resp.Header.Get("X-RateLimit-Reset"))
+		fmt.Println(apiKey, resp.StatusCode, "remaining", resp.Header.Get("X-Ratelimit-Remaining"), "reset", resp.Header.Get("X-Ratelimit-Reset"))
 	}
 	// Output:
 	// alice 200 remaining 1 reset 30
@@ -96,12 +96,12 @@ func ExampleSlidingWindow() {
 	}))
 	app.Get("/", ok)
 
-	send(app, 4, "/", "X-RateLimit-Remaining")
+	send(app, 4, "/", "X-Ratelimit-Remaining")
 	// Output:
-	// 200 | X-RateLimit-Remaining: 2
-	// 200 | X-RateLimit-Remaining: 1
-	// 200 | X-RateLimit-Remaining: 0
-	// 429 | X-RateLimit-Remaining: 0
+	// 200 | X-Ratelimit-Remaining: 2
+	// 200 | X-Ratelimit-Remaining: 1
+	// 200 | X-Ratelimit-Remaining: 0
+	// 429 | X-Ratelimit-Remaining: 0
 }
 
 // A token bucket refills Max tokens per Expiration, evenly, into a bucket
@@ -117,14 +117,34 @@ func ExampleTokenBucket() {
 	}))
 	app.Get("/", ok)
 
-	send(app, 6, "/", "X-RateLimit-Limit", "X-RateLimit-Remaining", "Retry-After")
+	send(app, 6, "/", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "Retry-After")
 	// Output:
-	// 200 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 4
-	// 200 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 3
-	// 200 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 2
-	// 200 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 1
-	// 200 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 0
-	// 429 | X-RateLimit-Limit: 5 | X-RateLimit-Remaining: 0 | Retry-After: 2
+	// 200 | X-Ratelimit-Limit: 5 | X-Ratelimit-Remaining: 4
+	// 200 | X-Ratelimit-Limit: 5 | X-Ratelimit-Remaining: 3
+	// 200 | X-Ratelimit-Limit: 5 | X-Ratelimit-Remaining: 2
+	// 200 | X-Ratelimit-Limit: 5 | X-Ratelimit-Remaining: 1
+	// 200 | X-Ratelimit-Limit: 5 | X-Ratelimit-Remaining: 0
+	// 429 | X-Ratelimit-Limit: 5 | X-Ratelimit-Remaining: 0 | Retry-After: 2
+}
+
+// SlidingLog keeps the time of every admitted request, so no minute ever
+// sees more than Max: a fourth login within the minute of the first waits
+// until the first leaves it.
+func ExampleSlidingLog() {
+	app := fiber.New()
+	app.Use(limiter.New(limiter.Config{
+		Max:               3,
+		Expiration:        time.Minute,
+		LimiterMiddleware: limiter.SlidingLog{},
+	}))
+	app.Get("/login", ok)
+
+	send(app, 4, "/login", "X-Ratelimit-Remaining", "Retry-After")
+	// Output:
+	// 200 | X-Ratelimit-Remaining: 2
+	// 200 | X-Ratelimit-Remaining: 1
+	// 200 | X-Ratelimit-Remaining: 0
+	// 429 | X-Ratelimit-Remaining: 0 | Retry-After: 60
 }
 
 // Limits shared by every replica through Redis: a Storage from
@@ -154,14 +174,14 @@ func Example_redis() {
 	}
 	// Requests alternate between the replicas; 3 are admitted in all.
 	for i := range 5 {
-		send(replicas[i%2], 1, "/", "X-RateLimit-Remaining")
+		send(replicas[i%2], 1, "/", "X-Ratelimit-Remaining")
 	}
 	// Output:
-	// 200 | X-RateLimit-Remaining: 2
-	// 200 | X-RateLimit-Remaining: 1
-	// 200 | X-RateLimit-Remaining: 0
-	// 429 | X-RateLimit-Remaining: 0
-	// 429 | X-RateLimit-Remaining: 0
+	// 200 | X-Ratelimit-Remaining: 2
+	// 200 | X-Ratelimit-Remaining: 1
+	// 200 | X-Ratelimit-Remaining: 0
+	// 429 | X-Ratelimit-Remaining: 0
+	// 429 | X-Ratelimit-Remaining: 0
 }
 
 // MaxFunc sets the limit per request, here from the client's plan; a
@@ -183,12 +203,12 @@ func ExampleConfig_maxFunc() {
 	}))
 	app.Get("/", ok)
 
-	send(app, 1, "/?plan=free", "X-RateLimit-Limit")
-	send(app, 1, "/?plan=pro", "X-RateLimit-Limit")
-	send(app, 1, "/?plan=internal", "X-RateLimit-Limit")
+	send(app, 1, "/?plan=free", "X-Ratelimit-Limit")
+	send(app, 1, "/?plan=pro", "X-Ratelimit-Limit")
+	send(app, 1, "/?plan=internal", "X-Ratelimit-Limit")
 	// Output:
-	// 200 | X-RateLimit-Limit: 10
-	// 200 | X-RateLimit-Limit: 1000
+	// 200 | X-Ratelimit-Limit: 10
+	// 200 | X-Ratelimit-Limit: 1000
 	// 200
 }
 
@@ -209,14 +229,14 @@ func ExampleConfig_cost() {
 	}))
 	app.Get("/*", ok)
 
-	send(app, 1, "/read", "X-RateLimit-Remaining")
-	send(app, 2, "/export", "X-RateLimit-Remaining")
-	send(app, 1, "/read", "X-RateLimit-Remaining")
+	send(app, 1, "/read", "X-Ratelimit-Remaining")
+	send(app, 2, "/export", "X-Ratelimit-Remaining")
+	send(app, 1, "/read", "X-Ratelimit-Remaining")
 	// Output:
-	// 200 | X-RateLimit-Remaining: 9
-	// 200 | X-RateLimit-Remaining: 4
-	// 429 | X-RateLimit-Remaining: 4
-	// 200 | X-RateLimit-Remaining: 3
+	// 200 | X-Ratelimit-Remaining: 9
+	// 200 | X-Ratelimit-Remaining: 4
+	// 429 | X-Ratelimit-Remaining: 4
+	// 200 | X-Ratelimit-Remaining: 3
 }
 
 // downStorage is a fiber.Storage that always fails, as an unreachable
@@ -254,14 +274,14 @@ func ExampleFailurePolicy() {
 		}))
 		app.Get("/", ok)
 		fmt.Println(policy)
-		send(app, 3, "/", "X-RateLimit-Remaining", "Retry-After")
+		send(app, 3, "/", "X-Ratelimit-Remaining", "Retry-After")
 	}
 	// Output:
 	// FailFallback
 	// storage failing: true
-	// 200 | X-RateLimit-Remaining: 1
-	// 200 | X-RateLimit-Remaining: 0
-	// 429 | X-RateLimit-Remaining: 0 | Retry-After: 60
+	// 200 | X-Ratelimit-Remaining: 1
+	// 200 | X-Ratelimit-Remaining: 0
+	// 429 | X-Ratelimit-Remaining: 0 | Retry-After: 60
 	// FailOpen
 	// storage failing: true
 	// 200
@@ -312,13 +332,13 @@ func ExampleConfig_dryRun() {
 	}))
 	app.Get("/", ok)
 
-	send(app, 4, "/", "X-RateLimit-Remaining")
+	send(app, 4, "/", "X-Ratelimit-Remaining")
 	fmt.Println("would have rejected:", wouldReject)
 	// Output:
-	// 200 | X-RateLimit-Remaining: 1
-	// 200 | X-RateLimit-Remaining: 0
-	// 200 | X-RateLimit-Remaining: 0
-	// 200 | X-RateLimit-Remaining: 0
+	// 200 | X-Ratelimit-Remaining: 1
+	// 200 | X-Ratelimit-Remaining: 0
+	// 200 | X-Ratelimit-Remaining: 0
+	// 200 | X-Ratelimit-Remaining: 0
 	// would have rejected: 2
 }
 
@@ -337,11 +357,11 @@ func ExampleConfig_limits() {
 	}))
 	app.Get("/", ok)
 
-	send(app, 3, "/", "X-RateLimit-Limit", "X-RateLimit-Remaining", "RateLimit")
+	send(app, 3, "/", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "RateLimit")
 	// Output:
-	// 200 | X-RateLimit-Limit: 2 | X-RateLimit-Remaining: 1 | RateLimit: "default-10s";r=1;t=10, "default-1h";r=2;t=3600
-	// 200 | X-RateLimit-Limit: 2 | X-RateLimit-Remaining: 0 | RateLimit: "default-10s";r=0;t=10, "default-1h";r=1;t=3600
-	// 429 | X-RateLimit-Limit: 2 | X-RateLimit-Remaining: 0 | RateLimit: "default-10s";r=0;t=10, "default-1h";r=1;t=3600
+	// 200 | X-Ratelimit-Limit: 2 | X-Ratelimit-Remaining: 1 | RateLimit: "default-10s";r=1;t=10, "default-1h";r=2;t=3600
+	// 200 | X-Ratelimit-Limit: 2 | X-Ratelimit-Remaining: 0 | RateLimit: "default-10s";r=0;t=10, "default-1h";r=1;t=3600
+	// 429 | X-Ratelimit-Limit: 2 | X-Ratelimit-Remaining: 0 | RateLimit: "default-10s";r=0;t=10, "default-1h";r=1;t=3600
 }
 
 // Limiters per route, each with a Name: on a shared Storage their states

@@ -14,7 +14,8 @@ import (
 //
 // A key keeps one entry per unit of Max, so Max is at most 10,000 (New
 // panics above, and with MaxFunc, whose Max varies): in memory 8 bytes per
-// unit of Max per key, MaxKeys bounding the keys; on Redis 6.
+// unit of Max per key, MaxKeys bounding the keys; on Redis 6 bytes per
+// unit counted.
 type SlidingLog struct{}
 
 // New returns the rate-limiting handler for cfg using the sliding log.

@@ -37,8 +37,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Handler chooses the algorithm: FixedWindow, SlidingWindow or
-// TokenBucket. It is Fiber v3's interface, so a user's own implementation
+// Handler chooses the algorithm: FixedWindow, SlidingWindow, TokenBucket
+// or SlidingLog. It is Fiber v3's interface, so a user's own implementation
 // still plugs in.
 type Handler interface {
 	New(config *Config) fiber.Handler

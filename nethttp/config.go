@@ -110,7 +110,8 @@ type Config struct {
 	KeyPrefix string
 
 	// IPv6Prefix is the network, in bits, an IPv6 client is keyed by with
-	// the default KeyGenerator: 1 to 128.
+	// the default KeyGenerator: 1 to 128 (each address on its own), or 0
+	// for the default.
 	//
 	// Optional. Default: 64
 	IPv6Prefix int
@@ -214,18 +215,20 @@ type Config struct {
 	// Optional. Default: quota.FailFallback
 	FailurePolicy quota.FailurePolicy
 
-	// StorageTimeout bounds each Redis or Storage call.
+	// StorageTimeout bounds each Redis or Storage call; a slower call is a
+	// failure, decided by FailurePolicy. 0 (the default) or at least 1 ms.
 	//
 	// Optional. Default: 100 * time.Millisecond
 	StorageTimeout time.Duration
 
 	// BreakerFailures is how many calls in a row must fail for the breaker
-	// to open.
+	// to open. 0 (the default) to 2^31-1.
 	//
 	// Optional. Default: 5
 	BreakerFailures int
 
-	// BreakerCooldown is how long the breaker stays open before it probes.
+	// BreakerCooldown is how long the breaker stays open before it
+	// probes, and between probes. 0 (the default) or at least 1 ms.
 	//
 	// Optional. Default: 500 * time.Millisecond
 	BreakerCooldown time.Duration
@@ -236,7 +239,9 @@ type Config struct {
 	// Optional. Default: nil (warnings go to the standard logger)
 	OnStorageError func(err error)
 
-	// DenyCacheKeys is how many rejected keys this process remembers.
+	// DenyCacheKeys is how many rejected keys this process remembers, so
+	// that the same request is rejected here until its Retry-After
+	// without a call. 0 (the default) to 2^24.
 	//
 	// Optional. Default: 8192
 	DenyCacheKeys int

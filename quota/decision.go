@@ -109,10 +109,7 @@ type state struct {
 	c    uint32
 }
 
-// Algorithm is how a Limiter decides under each limit. It names one of the
-// step functions, each in its own file, as a small integer rather than an
-// interface: a direct call passes the state and the Decision in registers
-// where an interface call would spill them (a third of a take's cost).
+// Algorithm is how a Limiter decides under each limit (Config.Algorithm).
 type Algorithm uint8
 
 const (
@@ -135,7 +132,7 @@ const (
 	// For small, strict limits (5 logins per 15 minutes). A key keeps one
 	// entry per unit of Max, so Max is at most 10,000; in memory that is
 	// 8 bytes per unit of Max per key (MaxKeys bounds the keys), on Redis
-	// 6.
+	// 6 bytes per unit counted.
 	SlidingLog
 )
 

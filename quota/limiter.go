@@ -410,8 +410,8 @@ func checkLimits(ls []Limit, alg Algorithm) error {
 		switch {
 		case l.Max <= 0:
 			return fmt.Errorf("limiter: %sMax is %d; it must be >= 1", field, l.Max)
-		case alg == SlidingLog && l.Max > maxLogLimit:
-			return fmt.Errorf("limiter: %sMax is %d; SlidingLog keeps one entry per unit of Max and takes at most %d (for larger limits, SlidingWindow estimates the same window in two counters)", field, l.Max, maxLogLimit)
+		case alg == SlidingLog && l.Max > MaxLogLimit:
+			return fmt.Errorf("limiter: %sMax is %d; SlidingLog keeps one entry per unit of Max and takes at most %d (for larger limits, SlidingWindow estimates the same window in two counters)", field, l.Max, MaxLogLimit)
 		case int64(l.Max) > maxLimit:
 			return fmt.Errorf("limiter: %sMax is %d; it must be at most %d (below 2^32)", field, l.Max, int64(maxLimit))
 		case l.Expiration < time.Millisecond:

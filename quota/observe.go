@@ -27,7 +27,7 @@ type DecisionEvent struct {
 	Remaining int
 	// Expiration is the window of the limit that Limit describes.
 	Expiration time.Duration
-	// Cost is the request's cost (Config.Cost, 1 by default).
+	// Cost is the request's cost (the middleware Config's Cost, 1 by default).
 	Cost int
 	// RetryAfter is zero for an admitted request; for a rejected one, the
 	// time until the same request would be admitted (by every limit), or

@@ -16,9 +16,9 @@ import "github.com/fiberlimit/limiter/storage/redis"
 // ring themselves. A cost of n is n entries of the same time.
 type slidingLog struct{}
 
-// maxLogLimit is the largest Max of a SlidingLog limit: a key keeps one
-// entry per unit of Max (8 bytes in memory, 6 on Redis).
-const maxLogLimit = redis.MaxLogLimit
+// MaxLogLimit is the largest Max of a SlidingLog limit, 10,000: a key
+// keeps one entry per unit of Max (8 bytes in memory, 6 on Redis).
+const MaxLogLimit = redis.MaxLogLimit
 
 // logMemory bounds what the in-memory manager's logs hold, in bytes: a
 // key's logs take 8 bytes per unit of each limit's Max, so under

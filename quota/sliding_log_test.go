@@ -280,9 +280,9 @@ func FuzzSlidingLogAdjustments(f *testing.F) {
 // A log's Max is bounded at New, naming the field, and VaryMax is refused:
 // a key keeps one entry per unit of Max.
 func TestSlidingLogConfig(t *testing.T) {
-	_, err := New(Config{Algorithm: SlidingLog, Limits: []Limit{{Max: maxLogLimit, Expiration: time.Hour}}})
+	_, err := New(Config{Algorithm: SlidingLog, Limits: []Limit{{Max: MaxLogLimit, Expiration: time.Hour}}})
 	require.NoError(t, err)
-	_, err = New(Config{Algorithm: SlidingLog, Limits: []Limit{{Max: 5, Expiration: time.Minute}, {Max: maxLogLimit + 1, Expiration: time.Hour}}})
+	_, err = New(Config{Algorithm: SlidingLog, Limits: []Limit{{Max: 5, Expiration: time.Minute}, {Max: MaxLogLimit + 1, Expiration: time.Hour}}})
 	require.ErrorContains(t, err, "Limits[1].Max is 10001")
 	_, err = New(Config{Algorithm: SlidingLog, VaryMax: true, Limits: []Limit{PerMinute(5)}})
 	require.ErrorContains(t, err, "VaryMax")
@@ -370,7 +370,7 @@ func TestSlidingLogDecodeRejectsForeignValues(t *testing.T) {
 	after[len(after)-1]++ // the newest entry lies after the state's newest
 	bad["after the newest"] = after
 	huge := append([]byte(nil), good...)
-	binary.BigEndian.PutUint64(huge[stateHeadSize+8:], maxLogLimit+1)
+	binary.BigEndian.PutUint64(huge[stateHeadSize+8:], MaxLogLimit+1)
 	bad["too many entries"] = huge
 	for name, raw := range bad {
 		s, _ := read(raw)

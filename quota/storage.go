@@ -209,7 +209,7 @@ func decodeLogs(raw []byte, now int64, ls *limits, sts *[maxStates]state, lg *lo
 		p := raw[stateHeadSize+i*stateLimitSize:]
 		read[i] = state{a: int64(binary.BigEndian.Uint64(p)), b: int64(binary.BigEndian.Uint64(p[8:])), c: binary.BigEndian.Uint32(p[16:])}
 		if i < ls.n {
-			if read[i].b < 0 || read[i].b > maxLogLimit {
+			if read[i].b < 0 || read[i].b > MaxLogLimit {
 				return
 			}
 			entries += int(read[i].b)

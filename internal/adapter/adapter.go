@@ -131,6 +131,9 @@ func (s *Settings) Check() error {
 	if s.IdempotencyKey && (s.MaxFunc || s.ExpirationFunc) {
 		return errors.New("limiter: IdempotencyKey is set with MaxFunc or ExpirationFunc; a repeated request gets its first decision, made under the configured limits: use one or the other")
 	}
+	if s.Algorithm == quota.SlidingLog && len(s.Limits) == 0 && s.Max > quota.MaxLogLimit {
+		return fmt.Errorf("limiter: Max is %d; SlidingLog keeps one entry per unit of Max and takes at most %d (for larger limits, SlidingWindow estimates the same window in two counters)", s.Max, quota.MaxLogLimit)
+	}
 	if s.Algorithm == quota.SlidingLog && s.MaxFunc {
 		return errors.New("limiter: MaxFunc is set with SlidingLog, whose keys keep one entry per unit of Max; give each Max its own limiter, or use another algorithm")
 	}

@@ -25,6 +25,8 @@ const MaxLogLimit = 10_000
 
 // Rule is what a decision is made against.
 type Rule struct {
+	// Algorithm is how the rule decides: FixedWindow, SlidingWindow,
+	// TokenBucket or SlidingLog.
 	Algorithm Algorithm
 	// Limit is the units admitted per Window (the token bucket's refill per
 	// Window). Must be > 0 and below 2^32 (the same for Burst), and for
@@ -39,7 +41,7 @@ type Rule struct {
 	// steps, and a Window is a whole number of them (rounded up). 0 picks
 	// the finest step, 1 ms or more, for which the arithmetic stays exact
 	// (Limit and Burst × Window in steps at most 2^51): 1 ms for all but
-	// very large quotas, such as a billion per 30 days (about 1.2 s). A key
+	// very large quotas, such as a billion per 30 days (1.152 s). A key
 	// whose Limit changes from call to call (a per-client limit) needs the
 	// same Step on every call: the step of the largest Limit it can have. A
 	// state found in other steps (its time far ahead of now in these) reads

@@ -139,8 +139,7 @@ func WithoutPipelining() Option {
 
 // WithoutBatching keeps pipelining (see WithoutPipelining) but sends each
 // call of a pipeline as a script call of its own, instead of one batch
-// script call per algorithm and hash slot deciding many (see the batch
-// scripts): Redis then spends a script dispatch and a TIME on every call,
+// script call per algorithm and hash slot deciding many: Redis then spends a script dispatch and a TIME on every call,
 // and a hook sees one EVALSHA per decision. Use it behind a proxy that
 // routes a script call by its first key to one of several Redis servers
 // (twemproxy, Envoy's Redis proxy) through a plain Client: a batch's other
@@ -465,7 +464,9 @@ func (s *Store) TakeAll(ctx context.Context, key string, rules []Rule, cost int6
 // its retry is decided afresh. The check, the take and the record are one
 // script call, so replicas that send the same request at once count it
 // once. The record is a key of its own, in key's hash slot (Cluster) and
-// sent to key's server (Ring): see recordKeyOf. Give each request a record
+// sent to key's server (Ring): record as it is when it shares key's hash
+// tag, else record with the slot's hash tag added at its end (or, when
+// record holds a '{', in front). Give each request a record
 // of its own, such as a digest of key and the request's Idempotency-Key. A
 // call once per request is not batched with others.
 func (s *Store) TakeOnceAll(ctx context.Context, key, record string, ttl time.Duration, rules []Rule, cost int64, results []Result) (allowed, repeat bool, err error) {
