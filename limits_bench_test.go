@@ -45,10 +45,7 @@ func BenchmarkRedisLimitsCPU(b *testing.B) {
 		if _, err := rbDecide(n, callers, decide, func(i int) int { return i }); err != nil {
 			b.Fatal(err)
 		}
-		calls, usec, err := rbCommandStats(ctx, admin)
-		if err != nil {
-			b.Fatal(err)
-		}
+		calls, usec := redistest.CommandStats(b, admin)
 		return float64(usec["evalsha"]+usec["eval"]) / float64(calls["evalsha"]+calls["eval"])
 	}
 	for _, alg := range []redis.Algorithm{redis.FixedWindow, redis.SlidingWindow, redis.TokenBucket} {

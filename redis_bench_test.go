@@ -247,39 +247,6 @@ func BenchmarkRedisDecisions(b *testing.B) {
 	}
 }
 
-// rbCommandStats parses INFO commandstats into calls and µs spent per
-// command.
-func rbCommandStats(ctx context.Context, admin *goredis.Client) (calls, usec map[string]int, err error) {
-	info, err := admin.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return nil, nil, err
-	}
-	calls, usec = map[string]int{}, map[string]int{}
-	for _, line := range strings.Split(info, "\n") {
-		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		name = strings.TrimPrefix(name, "cmdstat_")
-		for _, field := range strings.Split(fields, ",") {
-			k, v, _ := strings.Cut(field, "=")
-			if k != "calls" && k != "usec" {
-				continue
-			}
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return nil, nil, fmt.Errorf("commandstats line %q: %w", line, err)
-			}
-			if k == "calls" {
-				calls[name] = n
-			} else {
-				usec[name] = n
-			}
-		}
-	}
-	return calls, usec, nil
-}
-
 // BenchmarkRedisReplicasAdmitted runs 3 Fiber apps ("replicas"), each with
 // its own Redis client, and sends 5000 requests for one key from 96
 // goroutines spread over them, with Max 1000 per 1000h; it reports how many

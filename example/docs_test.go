@@ -30,11 +30,8 @@ func TestDocsShowTheStartupMessage(t *testing.T) {
 func TestDocsTranscripts(t *testing.T) {
 	for _, name := range []string{"example /", "example /api"} {
 		t.Run(name, func(t *testing.T) {
-			exchanges, err := readmecheck.Transcript(readmecheck.Block(t, "docs/example.md", "transcript: "+name))
-			require.NoError(t, err)
-			require.NotEmpty(t, exchanges)
 			app := memoryApp()
-			readmecheck.Replay(t, func(r *http.Request) (*http.Response, error) { return app.Test(r, -1) }, exchanges)
+			readmecheck.ReplayTranscript(t, "docs/example.md", name, func(r *http.Request) (*http.Response, error) { return app.Test(r, -1) })
 		})
 	}
 }

@@ -2,25 +2,14 @@ package main
 
 import (
 	"net/http"
-	"os"
 	"testing"
 
 	"github.com/fiberlimit/limiter/internal/readmecheck"
-	"github.com/stretchr/testify/require"
 )
 
-// README shows this program as it is.
-func TestREADMEShowsThisProgram(t *testing.T) {
-	file, err := os.ReadFile("main.go")
-	require.NoError(t, err)
-	require.Equal(t, string(file), readmecheck.Block(t, "README.md", "file: example/quickstart/main.go"))
-}
-
-// README's transcript of curl against this program is what it answers.
-func TestREADMETranscript(t *testing.T) {
-	exchanges, err := readmecheck.Transcript(readmecheck.Block(t, "README.md", "transcript: example/quickstart"))
-	require.NoError(t, err)
-	require.NotEmpty(t, exchanges)
+// README shows this program as it is, and what it answers to curl.
+func TestREADME(t *testing.T) {
+	readmecheck.ShowsFile(t, "README.md", "example/quickstart/main.go", "main.go")
 	app := newApp()
-	readmecheck.Replay(t, func(r *http.Request) (*http.Response, error) { return app.Test(r, -1) }, exchanges)
+	readmecheck.ReplayTranscript(t, "README.md", "example/quickstart", func(r *http.Request) (*http.Response, error) { return app.Test(r, -1) })
 }

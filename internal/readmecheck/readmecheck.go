@@ -291,3 +291,22 @@ func Replay(t testing.TB, send func(*http.Request) (*http.Response, error), exch
 		}
 	}
 }
+
+// ShowsFile fails the test unless doc shows the file at path (from the
+// working directory) whole, in the block marked "file: <name>".
+func ShowsFile(t testing.TB, doc, name, path string) {
+	t.Helper()
+	file, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, string(file), Block(t, doc, "file: "+name), "%s shows %s as it is", doc, name)
+}
+
+// ReplayTranscript replays the transcript of doc marked "transcript:
+// <name>" through send (see Replay).
+func ReplayTranscript(t testing.TB, doc, name string, send func(*http.Request) (*http.Response, error)) {
+	t.Helper()
+	exchanges, err := Transcript(Block(t, doc, "transcript: "+name))
+	require.NoError(t, err)
+	require.NotEmpty(t, exchanges)
+	Replay(t, send, exchanges)
+}

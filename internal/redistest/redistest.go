@@ -191,20 +191,41 @@ func (s *Server) String() string { return fmt.Sprintf("redis-server %s", s.Addr(
 // commandstats; 0 if it has not run it.
 func CommandCalls(t testing.TB, admin *redis.Client, name string) int {
 	t.Helper()
+	calls, _ := CommandStats(t, admin)
+	return calls[name]
+}
+
+// CommandStats returns, by command name (lower case), how many times the
+// server of admin ran each command since its stats were last reset, and
+// the microseconds of CPU it spent on them, from INFO commandstats.
+func CommandStats(t testing.TB, admin *redis.Client) (calls, usec map[string]int) {
+	t.Helper()
 	info, err := admin.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatalf("INFO commandstats: %v", err)
 	}
+	calls, usec = map[string]int{}, map[string]int{}
 	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls=")
-		if !ok {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isStat := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isStat {
 			continue
 		}
-		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
+		for _, field := range strings.Split(fields, ",") {
+			key, value, _ := strings.Cut(field, "=")
+			if key != "calls" && key != "usec" {
+				continue
+			}
+			n, err := strconv.Atoi(value)
+			if err != nil {
+				t.Fatalf("commandstats line %q: %v", line, err)
+			}
+			if key == "calls" {
+				calls[name] = n
+			} else {
+				usec[name] = n
+			}
 		}
-		return n
 	}
-	return 0
+	return calls, usec
 }
