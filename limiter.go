@@ -2,7 +2,7 @@
 // Fiber's middleware/limiter config, so a Fiber config compiles unchanged,
 // and it adds a token bucket and an exact sliding log beside the fixed and
 // sliding windows, several limits per request, millisecond time, and
-// rate-limit headers on every response.
+// rate-limit headers on every response it decides.
 //
 // State lives in this process by default: a sharded in-memory manager,
 // bounded in keys, that allocates nothing per request. Set Config.Storage

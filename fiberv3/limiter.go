@@ -2,7 +2,7 @@
 // like Fiber v3's own middleware/limiter (a Fiber v3 config compiles after
 // changing only the import path), with a fixed window, a sliding window,
 // a token bucket and an exact sliding log, several limits per request,
-// millisecond time, and rate-limit headers on every response.
+// millisecond time, and rate-limit headers on every response it decides.
 //
 // State lives in this process by default. Given a Redis Storage (the
 // *Storage of github.com/gofiber/storage/redis/v3, or a Store of
