@@ -154,7 +154,7 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	case h.onceFunc != nil:
 		res, err = h.engine.TakeOnce(ctx, key, h.onceFunc(c), cost)
 	default:
-		res, err = h.engine.Take(ctx, key, cost)
+		err = h.engine.TakeInto(ctx, key, cost, &res)
 	}
 	if err != nil {
 		return fmt.Errorf("limiter: rate-limit storage failed: %w", err)
@@ -195,7 +195,7 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	}
 	rejected := c.Context().UserValue(rejectedBehind{}) != nil
 	if limit, remaining, reset, ok := h.headers.Plain(&res); ok && !rejected {
-		fasthttpfields.SetPlain(&c.Response().Header, limit, remaining, reset)
+		fasthttpfields.SetPlain(&c.Response().Header, h.headers, limit, remaining, reset)
 		return err
 	}
 	out := rlheaders.AcquireOut()

@@ -135,7 +135,7 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	case l.cfg.IdempotencyKey != nil:
 		res, err = l.engine.TakeOnce(r.Context(), key, l.cfg.IdempotencyKey(r), cost)
 	default:
-		res, err = l.engine.Take(r.Context(), key, cost)
+		err = l.engine.TakeInto(r.Context(), key, cost, &res)
 	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -461,19 +461,32 @@ func limitsOf(cfg *Config) limits {
 // nothing. The error is not nil only for a negative cost: when Redis or
 // Storage fails, FailurePolicy answers (see Result.Source).
 func (l *Limiter) Take(ctx context.Context, key string, cost int) (Result, error) {
+	var res Result
+	err := l.TakeInto(ctx, key, cost, &res)
+	return res, err
+}
+
+// TakeInto is Take with the Result written to *res, which it overwrites,
+// rather than returned: a Result holds each limit's Decision, a few
+// hundred bytes, and a caller that keeps one per request (a middleware,
+// say) spares copying it. On an error *res is the zero Result.
+func (l *Limiter) TakeInto(ctx context.Context, key string, cost int, res *Result) error {
 	if cost < 0 {
-		return Result{}, fmt.Errorf("limiter: cost is %d; it must be >= 0", cost)
+		*res = Result{}
+		return fmt.Errorf("limiter: cost is %d; it must be >= 0", cost)
 	}
-	if l.varyExpiration {
-		return l.TakeWith(ctx, key, cost, Limit{})
+	var err error
+	switch {
+	case l.varyExpiration:
+		*res, err = l.TakeWith(ctx, key, cost, Limit{})
+	case l.memory != nil:
+		*res = Result{}
+		l.memory.takeInto(ctx, key, &l.base, int64(cost), res)
+		l.finish(res, &l.base)
+	default:
+		*res, err = l.takeStored(ctx, key, l.base, int64(cost))
 	}
-	if l.memory != nil {
-		var res Result
-		l.memory.takeInto(ctx, key, &l.base, int64(cost), &res)
-		l.finish(&res, &l.base)
-		return res, nil
-	}
-	return l.takeStored(ctx, key, l.base, int64(cost))
+	return err
 }
 
 // TakeOnce is Take made once per request: id names the request (its

@@ -198,8 +198,10 @@ func (s *Settings) Build() (*quota.Limiter, *headers.Writer, error) {
 		return nil, nil, err
 	}
 	var hl []headers.Limit
+	quotas := []int{s.Max, s.Burst}
 	for _, l := range s.Limits {
 		hl = append(hl, headers.Limit{Expiration: l.Expiration, PolicyName: l.PolicyName})
+		quotas = append(quotas, l.Max, l.Burst)
 	}
 	w, err := headers.New(headers.Config{
 		Mode:           s.Headers,
@@ -207,6 +209,7 @@ func (s *Settings) Build() (*quota.Limiter, *headers.Writer, error) {
 		PartitionKey:   s.HeaderPartitionKey,
 		PolicyName:     s.PolicyName,
 		Limits:         hl,
+		Quotas:         quotas,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -22,12 +22,30 @@ func Set(h *fasthttp.ResponseHeader, out *headers.Out) {
 }
 
 // SetPlain sets the three X-RateLimit fields of h to limit, remaining and
-// reset (see headers.Writer.Plain), formatted in a pooled buffer: one on
-// the stack would escape through SetCanonical on newer fasthttp.
-func SetPlain(h *fasthttp.ResponseHeader, limit, remaining, reset int64) {
-	out := headers.AcquireOut()
-	h.SetCanonical(headers.NameLimit, strconv.AppendInt(out.Room(), limit, 10))
-	h.SetCanonical(headers.NameRemaining, strconv.AppendInt(out.Room(), remaining, 10))
-	h.SetCanonical(headers.NameReset, strconv.AppendInt(out.Room(), reset, 10))
-	headers.ReleaseOut(out)
+// reset (see headers.Writer.Plain). A value w has as text (see
+// headers.Writer.Text) is set from there; any other is formatted in a
+// pooled buffer: one on the stack would escape through SetCanonical on
+// newer fasthttp.
+func SetPlain(h *fasthttp.ResponseHeader, w *headers.Writer, limit, remaining, reset int64) {
+	var out *headers.Out
+	out = setDecimal(h, w, headers.NameLimit, limit, out)
+	out = setDecimal(h, w, headers.NameRemaining, remaining, out)
+	out = setDecimal(h, w, headers.NameReset, reset, out)
+	if out != nil {
+		headers.ReleaseOut(out)
+	}
+}
+
+// setDecimal sets field name of h to n, formatted in out's room when w
+// has no text for it (out is acquired then, if nil), and returns out.
+func setDecimal(h *fasthttp.ResponseHeader, w *headers.Writer, name []byte, n int64, out *headers.Out) *headers.Out {
+	if text, ok := w.Text(n); ok {
+		h.SetCanonical(name, text)
+		return out
+	}
+	if out == nil {
+		out = headers.AcquireOut()
+	}
+	h.SetCanonical(name, strconv.AppendInt(out.Room(), n, 10))
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -139,7 +140,7 @@ func (o *Out) setInt(name []byte, n int64) {
 		return
 	}
 	start := o.used
-	o.used = len(strconv.AppendInt(o.buf[start:start], n, 10)) + start
+	o.used = len(appendDecimal(o.buf[start:start], n)) + start
 	o.add(name, outValue{off: start, n: o.used - start})
 }
 
@@ -172,6 +173,9 @@ type Config struct {
 	// Limits are the windows and policy names of the adapter's
 	// Config.Limits, in order; nil for a single Max per Expiration.
 	Limits []Limit
+	// Quotas are the values X-RateLimit-Limit takes but under MaxFunc:
+	// each limit's Max and Burst. The Writer keeps their decimal forms.
+	Quotas []int
 }
 
 // Limit is one entry of Config.Limits.
@@ -186,6 +190,13 @@ type Writer struct {
 	ietf       bool
 	withKey    bool     // the IETF fields carry the key as pk
 	names      [][]byte // the limits' policy names as RFC 9651 Strings, quotes included
+	quotas     []quotaText
+}
+
+// quotaText is a quota and its decimal form.
+type quotaText struct {
+	n    int64
+	text []byte
 }
 
 // New checks cfg and returns its Writer; the error names the field that is
@@ -205,6 +216,11 @@ func New(cfg Config) (*Writer, error) {
 		xRateLimit: mode == XRateLimit || mode == Both,
 		ietf:       mode == IETF || mode == Both,
 		withKey:    cfg.PartitionKey,
+	}
+	for _, q := range cfg.Quotas {
+		if _, small := Decimal(int64(q)); !small && !slices.ContainsFunc(w.quotas, func(t quotaText) bool { return t.n == int64(q) }) {
+			w.quotas = append(w.quotas, quotaText{int64(q), strconv.AppendInt(nil, int64(q), 10)})
+		}
 	}
 	if !w.ietf {
 		set := ""
@@ -266,6 +282,21 @@ func (w *Writer) Plain(res *quota.Result) (limit, remaining, reset int64, ok boo
 	}
 	d := &ds[0]
 	return int64(d.Limit), int64(d.Remaining), timestep.Seconds(d.ResetAfter), true
+}
+
+// Text returns n in decimal without formatting it, from the table of
+// Decimal or from the quotas the Writer was built with; ok is false for
+// any other number. The slice must not be changed.
+func (w *Writer) Text(n int64) (text []byte, ok bool) {
+	if text, ok := Decimal(n); ok {
+		return text, true
+	}
+	for _, q := range w.quotas {
+		if q.n == n {
+			return q.text[:len(q.text):len(q.text)], true
+		}
+	}
+	return nil, false
 }
 
 // WithKey reports whether the fields carry the key (HeaderPartitionKey):
