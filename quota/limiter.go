@@ -468,8 +468,9 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (Result, error
 
 // TakeInto is Take with the Result written to *res, which it overwrites,
 // rather than returned: a Result holds each limit's Decision, a few
-// hundred bytes, and a caller that keeps one per request (a middleware,
-// say) spares copying it. On an error *res is the zero Result.
+// hundred bytes, and in memory a caller that keeps one per request (a
+// middleware, say) spares copying it. On an error *res is the zero
+// Result.
 func (l *Limiter) TakeInto(ctx context.Context, key string, cost int, res *Result) error {
 	if cost < 0 {
 		*res = Result{}
@@ -616,7 +617,7 @@ func (l *Limiter) storedKey(dst []byte, ls *limits, key string) string {
 }
 
 // Refund credits back cost units of a take that admitted them (taken,
-// as Take or TakeWith returned it), in the window it counted them in, and
+// as Take, TakeInto or TakeWith gave it), in the window it counted them in, and
 // returns the state that leaves (as a take of cost 0 would). A refund of
 // a take that was rejected, or answered by the deny cache or FailOpen,
 // changes nothing. A store that fails the refund loses the credit: the

@@ -10,23 +10,29 @@ import (
 )
 
 // TakeInto gives the Result Take gives, whatever *res held before, and
-// the zero Result with its error.
+// the zero Result with its error: in memory, with VaryExpiration (through
+// TakeWith), and on a Storage.
 func TestTakeIntoIsTake(t *testing.T) {
 	ctx := context.Background()
 	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog} {
-		for _, vary := range []bool{false, true} {
-			cfg := Config{Algorithm: alg, Limits: []Limit{{Max: 3, Expiration: time.Hour}, {Max: 5, Expiration: 24 * time.Hour}}, VaryExpiration: vary}
-			if vary { // a single limit, which TakeWith may vary
-				cfg.Limits = cfg.Limits[:1]
-			}
-			if alg == SlidingLog {
-				cfg.VaryExpiration = false
+		for _, backend := range []string{"memory", "vary", "storage"} {
+			if backend == "vary" && alg == SlidingLog {
+				continue // the log's Expiration does not vary
 			}
 			var clock int64
+			cfg := Config{Algorithm: alg, Limits: []Limit{{Max: 3, Expiration: time.Hour}, {Max: 5, Expiration: 24 * time.Hour}}}
 			cfg.clock = func() int64 { return clock }
-			viaTake, err := New(cfg)
+			if backend == "vary" { // a single limit, which TakeWith may vary
+				cfg.Limits, cfg.VaryExpiration = cfg.Limits[:1], true
+			}
+			viaTakeCfg, viaIntoCfg := cfg, cfg
+			if backend == "storage" {
+				viaTakeCfg.Storage = &mapStorage{m: map[string][]byte{}}
+				viaIntoCfg.Storage = &mapStorage{m: map[string][]byte{}}
+			}
+			viaTake, err := New(viaTakeCfg)
 			require.NoError(t, err)
-			viaInto, err := New(cfg)
+			viaInto, err := New(viaIntoCfg)
 			require.NoError(t, err)
 			// stale holds a rejection of another key with two limits, as a
 			// caller's reused Result might.
@@ -42,7 +48,7 @@ func TestTakeIntoIsTake(t *testing.T) {
 				require.NoError(t, err)
 				got := stale
 				require.NoError(t, viaInto.TakeInto(ctx, "k", i%3, &got))
-				require.Equal(t, want, got, "%v, vary %v, take %d", alg, vary, i)
+				require.Equal(t, want, got, "%v, %s, take %d", alg, backend, i)
 			}
 			got := stale
 			require.ErrorContains(t, viaInto.TakeInto(ctx, "k", -1, &got), "cost is -1")
