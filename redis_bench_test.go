@@ -28,10 +28,8 @@ package limiter
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,23 +193,6 @@ func rbDecide(n, callers int, decide func(int) error, key func(int) int) (time.D
 
 func rbHot(int) int { return rbKeySpace }
 
-// rbOnce skips a benchmark that repeats a whole measurement per iteration
-// when b.N is, or is going to be (-benchtime=Nx), too large for that to end
-// in reasonable time.
-func rbOnce(b *testing.B) {
-	n := b.N
-	if f := flag.Lookup("test.benchtime"); f != nil {
-		if x, ok := strings.CutSuffix(f.Value.String(), "x"); ok {
-			if v, err := strconv.Atoi(x); err == nil {
-				n = max(n, v)
-			}
-		}
-	}
-	if n > 100 {
-		b.Skipf("each iteration is a whole measurement; b.N=%d would take too long: use -benchtime=1x", n)
-	}
-}
-
 // BenchmarkRedisDecisions measures Redis decisions per second for every
 // variant, at 1, 8 and 64 callers, on one hot key and over 100,000 keys.
 func BenchmarkRedisDecisions(b *testing.B) {
@@ -282,7 +263,7 @@ func BenchmarkRedisReplicasAdmitted(b *testing.B) {
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
-			rbOnce(b)
+			redistest.MeasureOnce(b)
 			handlers := make([]fasthttp.RequestHandler, replicas)
 			for i := range handlers {
 				storage := fiberredis.New(fiberredis.Config{Host: "127.0.0.1", Port: srv.Port, PoolSize: callers})

@@ -17,7 +17,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,6 +29,7 @@ import (
 	"time"
 
 	"github.com/fiberlimit/limiter"
+	"github.com/fiberlimit/limiter/internal/redistest"
 	"github.com/fiberlimit/limiter/storage/redis"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/gofiber/fiber/v2"
@@ -193,23 +193,6 @@ func rbDecide(n, callers int, decide func() error) error {
 	return nil
 }
 
-// rbOnce skips a benchmark that repeats a whole measurement per iteration
-// when b.N is, or is going to be (-benchtime=Nx), too large for that to end
-// in reasonable time.
-func rbOnce(b *testing.B) {
-	n := b.N
-	if f := flag.Lookup("test.benchtime"); f != nil {
-		if x, ok := strings.CutSuffix(f.Value.String(), "x"); ok {
-			if v, err := strconv.Atoi(x); err == nil {
-				n = max(n, v)
-			}
-		}
-	}
-	if n > 100 {
-		b.Skipf("each iteration is a whole measurement; b.N=%d would take too long: use -benchtime=1x", n)
-	}
-}
-
 // rbCounter is a go-redis hook that counts the commands a client sends, by
 // name: the round trips of a decision (none of the variants pipelines).
 type rbCounter struct {
@@ -323,7 +306,7 @@ func BenchmarkRedisCommandsPerDecision(b *testing.B) {
 	ctx := context.Background()
 	for _, v := range rbVariants() {
 		b.Run(v.name, func(b *testing.B) {
-			rbOnce(b)
+			redistest.MeasureOnce(b)
 			var counter rbCounter
 			decide, done := v.open(srv, callers, &counter)
 			defer done()
@@ -463,7 +446,7 @@ func BenchmarkRedisMemoryPerKey(b *testing.B) {
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
-			rbOnce(b)
+			redistest.MeasureOnce(b)
 			decide, redisKey, done := v.open(srv)
 			defer done()
 			b.ReportAllocs()

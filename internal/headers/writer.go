@@ -193,7 +193,7 @@ type Writer struct {
 	quotas     []quotaText
 }
 
-// quotaText is a quota and its decimal form.
+// quotaText is a quota and its decimal form, whose capacity ends with it.
 type quotaText struct {
 	n    int64
 	text []byte
@@ -219,7 +219,8 @@ func New(cfg Config) (*Writer, error) {
 	}
 	for _, q := range cfg.Quotas {
 		if _, small := Decimal(int64(q)); !small && !slices.ContainsFunc(w.quotas, func(t quotaText) bool { return t.n == int64(q) }) {
-			w.quotas = append(w.quotas, quotaText{int64(q), strconv.AppendInt(nil, int64(q), 10)})
+			text := strconv.AppendInt(nil, int64(q), 10)
+			w.quotas = append(w.quotas, quotaText{int64(q), text[:len(text):len(text)]})
 		}
 	}
 	if !w.ietf {
@@ -293,7 +294,7 @@ func (w *Writer) Text(n int64) (text []byte, ok bool) {
 	}
 	for _, q := range w.quotas {
 		if q.n == n {
-			return q.text[:len(q.text):len(q.text)], true
+			return q.text, true
 		}
 	}
 	return nil, false
