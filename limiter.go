@@ -77,6 +77,8 @@ type handler struct {
 	headers      *rlheaders.Writer
 	dryRun       bool
 	onDecision   func(*fiber.Ctx, DecisionEvent)
+	// normalizing: whether the app last served normalizes header names
+	normalizing fasthttpfields.Normalizing[fiber.App]
 }
 
 // newHandler builds the middleware for alg. cfg may come straight from a
@@ -170,6 +172,7 @@ func (h *handler) serve(c *fiber.Ctx) error {
 			return c.Next()
 		}
 		var buf [20]byte
+		h.foldNames(c)
 		value := rlheaders.RetryAfterValue(buf[:0], res.RetryAfter())
 		if front := rlheaders.ExhaustedInFront(fieldsOf(c), nil); front > int64(res.RetryAfter()/time.Second) {
 			value = strconv.AppendInt(buf[:0], front, 10)
@@ -179,6 +182,7 @@ func (h *handler) serve(c *fiber.Ctx) error {
 		return c.SendStatus(fiber.StatusServiceUnavailable)
 	}
 	if !res.Allowed() && !h.dryRun {
+		h.foldNames(c)
 		out := rlheaders.AcquireOut()
 		h.headers.Write(out, fieldsOf(c), &res, key, false)
 		fasthttpfields.Set(&c.Response().Header, out)
@@ -193,6 +197,7 @@ func (h *handler) serve(c *fiber.Ctx) error {
 			}
 		}
 	}
+	h.foldNames(c)
 	rejected := c.Context().UserValue(rejectedBehind{}) != nil
 	if limit, remaining, reset, ok := h.headers.Plain(&res); ok && !rejected {
 		fasthttpfields.SetPlain(&c.Response().Header, h.headers, limit, remaining, reset)
@@ -247,3 +252,16 @@ func responseStatus(c *fiber.Ctx, err error) int {
 	}
 	return fiber.StatusInternalServerError
 }
+
+// foldNames gives the rate-limit fields of c's response the names the
+// limiter reads and sets, when c's app does not normalize header names
+// (see fasthttpfields.Fold); with normalized names it does nothing.
+func (h *handler) foldNames(c *fiber.Ctx) {
+	if h.normalizing.Off(c.App(), namesAsGiven) {
+		fasthttpfields.Fold(&c.Response().Header)
+	}
+}
+
+// namesAsGiven reports whether app keeps header names as they are given
+// (DisableHeaderNormalizing).
+func namesAsGiven(app *fiber.App) bool { return app.Config().DisableHeaderNormalizing }

@@ -42,7 +42,12 @@ type Config struct {
 	// result <= 0 means no limit for that request: it passes uncounted
 	// and without headers. Results above 2^32-1 are capped there.
 	//
-	// Optional. Default: nil
+	// Left unset, or set to ConfigDefault.MaxFunc, it stands for the Max
+	// field: as in Fiber v3, New fills it with a function that returns
+	// Max before it calls LimiterMiddleware.New, so that a Handler of the
+	// user's own may call it.
+	//
+	// Optional. Default: a function that returns Max
 	MaxFunc func(c fiber.Ctx) int
 
 	// ExpirationFunc, when set, returns Expiration for each request
@@ -53,7 +58,10 @@ type Config struct {
 	// the time left to a deadline, gives every request a fresh count and
 	// limits nothing.
 	//
-	// Optional. Default: nil
+	// Left unset, it stands for the Expiration field: New fills it with a
+	// function that returns Expiration, as MaxFunc with Max.
+	//
+	// Optional. Default: a function that returns Expiration
 	ExpirationFunc func(c fiber.Ctx) time.Duration
 
 	// KeyGenerator returns the key a request is counted under. The default
@@ -292,8 +300,9 @@ type Limit struct {
 // ConfigDefault is the config New uses when given none, and whose values
 // fill the fields a config leaves unset.
 var ConfigDefault = Config{
-	Max:          5,
+	Max:          defaultMax,
 	Expiration:   1 * time.Minute,
+	MaxFunc:      maxOf(defaultMax),
 	KeyGenerator: defaultKeyGenerator,
 	LimitReached: func(c fiber.Ctx) error {
 		return c.SendStatus(fiber.StatusTooManyRequests)
@@ -301,12 +310,17 @@ var ConfigDefault = Config{
 	LimiterMiddleware: FixedWindow{},
 }
 
-// configDefault fills the fields of config left unset from ConfigDefault.
+// defaultMax is ConfigDefault's Max.
+const defaultMax = 5
+
+// configDefault fills the fields of config left unset from ConfigDefault,
+// and MaxFunc and ExpirationFunc, when they stand for Max and Expiration,
+// with functions that return them.
 func configDefault(config ...Config) Config {
-	if len(config) == 0 {
-		return ConfigDefault
+	cfg := ConfigDefault
+	if len(config) > 0 {
+		cfg = config[0]
 	}
-	cfg := config[0]
 	if len(cfg.Limits) > 0 {
 		if (cfg.Max != 0 && cfg.Max != ConfigDefault.Max) || (cfg.Expiration != 0 && cfg.Expiration != ConfigDefault.Expiration) {
 			panic(fmt.Sprintf("limiter: Limits is set, and so are Max (%d) or Expiration (%v); set each limit's Max and Expiration in Limits only", cfg.Max, cfg.Expiration))
@@ -330,6 +344,12 @@ func configDefault(config ...Config) Config {
 		cfg.LimiterMiddleware = ConfigDefault.LimiterMiddleware
 	} else if v := reflect.ValueOf(cfg.LimiterMiddleware); v.Kind() == reflect.Pointer && v.IsNil() {
 		panic(fmt.Sprintf("limiter: LimiterMiddleware is a nil %v; use FixedWindow{}, SlidingWindow{}, TokenBucket{}, SlidingLog{} or leave it nil for the default", v.Type()))
+	}
+	if standsForMax(cfg.MaxFunc) {
+		cfg.MaxFunc = maxOf(cfg.Max)
+	}
+	if standsForExpiration(cfg.ExpirationFunc) {
+		cfg.ExpirationFunc = expirationOf(cfg.Expiration)
 	}
 	return cfg
 }

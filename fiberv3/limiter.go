@@ -72,6 +72,8 @@ type handler struct {
 	headers        *headers.Writer
 	dryRun         bool
 	onDecision     func(fiber.Ctx, DecisionEvent)
+	// normalizing: whether the app last served normalizes header names
+	normalizing fasthttpfields.Normalizing[fiber.App]
 }
 
 // newHandler builds the middleware for alg. config may come straight from
@@ -82,6 +84,14 @@ func newHandler(config *Config, alg quota.Algorithm) fiber.Handler {
 		cfg = configDefault()
 	} else {
 		cfg = configDefault(*config)
+	}
+	// A MaxFunc or ExpirationFunc that stands for the field is not called:
+	// the field is the limit.
+	if standsForMax(cfg.MaxFunc) {
+		cfg.MaxFunc = nil
+	}
+	if standsForExpiration(cfg.ExpirationFunc) {
+		cfg.ExpirationFunc = nil
 	}
 	s := adapter.Settings{
 		Algorithm:      alg,
@@ -180,6 +190,7 @@ func (h *handler) serve(c fiber.Ctx) error {
 			return c.Next()
 		}
 		var buf [20]byte
+		h.foldNames(c)
 		value := headers.RetryAfterValue(buf[:0], res.RetryAfter())
 		if front := headers.ExhaustedInFront(fieldsOf(c), nil); front > int64(res.RetryAfter()/time.Second) {
 			value = strconv.AppendInt(buf[:0], front, 10)
@@ -189,6 +200,7 @@ func (h *handler) serve(c fiber.Ctx) error {
 		return c.SendStatus(fiber.StatusServiceUnavailable)
 	}
 	if !res.Allowed() && !h.dryRun {
+		h.foldNames(c)
 		out := headers.AcquireOut()
 		h.headers.Write(out, fieldsOf(c), &res, key, false)
 		fasthttpfields.Set(&c.Response().Header, out)
@@ -203,6 +215,7 @@ func (h *handler) serve(c fiber.Ctx) error {
 			}
 		}
 	}
+	h.foldNames(c)
 	rejected := c.RequestCtx().UserValue(rejectedBehind{}) != nil
 	if limit, remaining, reset, ok := h.headers.Plain(&res); ok && !rejected {
 		fasthttpfields.SetPlain(&c.Response().Header, h.headers, limit, remaining, reset)
@@ -276,3 +289,16 @@ func fieldsOf(c fiber.Ctx) headers.Fields {
 // this one (later in the chain) rejected the request. A limiter in front
 // then leaves that limiter's fields and Retry-After as they are.
 type rejectedBehind struct{}
+
+// foldNames gives the rate-limit fields of c's response the names the
+// limiter reads and sets, when c's app does not normalize header names
+// (see fasthttpfields.Fold); with normalized names it does nothing.
+func (h *handler) foldNames(c fiber.Ctx) {
+	if h.normalizing.Off(c.App(), namesAsGiven) {
+		fasthttpfields.Fold(&c.Response().Header)
+	}
+}
+
+// namesAsGiven reports whether app keeps header names as they are given
+// (DisableHeaderNormalizing).
+func namesAsGiven(app *fiber.App) bool { return app.Config().DisableHeaderNormalizing }

@@ -60,13 +60,17 @@ type Config struct {
 
 	// SkipFailedRequests gives back the cost of requests whose response
 	// status is 400 or above, counted first and credited when the handler
-	// writes its status.
+	// writes its status. A handler that panics before it writes its
+	// status counts as failed (500), whether or not a middleware in front
+	// recovers.
 	//
 	// Optional. Default: false
 	SkipFailedRequests bool
 
 	// SkipSuccessfulRequests gives back the cost of requests whose
-	// response status is below 400.
+	// response status is below 400. A request whose handler takes the
+	// connection over (Hijack, as a WebSocket upgrade does) stays counted:
+	// the status it then sends is not seen.
 	//
 	// Optional. Default: false
 	SkipSuccessfulRequests bool

@@ -172,7 +172,16 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 	rw := &responseWriter{ResponseWriter: w, l: l, r: r, key: key, cost: cost, res: res}
+	returned := false
+	defer func() {
+		// The handler panicked (or called runtime.Goexit) before its status
+		// went out: it failed. Its panic goes on as it was.
+		if !returned {
+			rw.before(http.StatusInternalServerError)
+		}
+	}()
 	next.ServeHTTP(rw, r)
+	returned = true
 	rw.before(http.StatusOK) // a handler that wrote nothing answers 200
 }
 

@@ -2,6 +2,7 @@ package nethttp
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
 
@@ -48,6 +49,17 @@ func (w *responseWriter) WriteHeader(status int) {
 func (w *responseWriter) Write(b []byte) (int, error) {
 	w.before(http.StatusOK)
 	return w.ResponseWriter.Write(b)
+}
+
+// ReadFrom sends the status (with the rate-limit headers), then copies
+// src to the client through the wrapped writer's ReadFrom when it has one
+// (net/http's sends a file by sendfile), else through Write.
+func (w *responseWriter) ReadFrom(src io.Reader) (int64, error) {
+	w.before(http.StatusOK)
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(w.ResponseWriter, src)
 }
 
 // Flush sends the status (with the rate-limit headers) and what has been

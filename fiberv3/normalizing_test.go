@@ -1,0 +1,87 @@
+package limiter
+
+import (
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// In an app that does not normalize header names, the limiter's fields
+// still replace the ones a handler or a middleware set in another
+// spelling: each field has one value, the limiter's, as with normalized
+// names.
+func TestHeadersWithoutNormalizing(t *testing.T) {
+	tests := []struct {
+		name    string
+		max     int
+		mode    HeaderMode
+		theirs  map[string]string // set by the handler, or in front when rejected
+		status  int
+		want    map[string]string // canonical name → the one value
+		inFront bool
+	}{
+		{
+			name: "admitted", max: 5, mode: HeadersXRateLimit, status: fiber.StatusOK,
+			theirs: map[string]string{"X-RateLimit-Remaining": "999", "x-ratelimit-limit": "999", "X-RATELIMIT-RESET": "999"},
+			want:   map[string]string{"X-Ratelimit-Remaining": "4", "X-Ratelimit-Limit": "5", "X-Ratelimit-Reset": "60"},
+		},
+		{
+			name: "admitted, IETF", max: 5, mode: HeadersIETF, status: fiber.StatusOK,
+			theirs: map[string]string{"RateLimit": "theirs", "RateLimit-Policy": "theirs"},
+			// The IETF fields are lists: the limiter adds its member to
+			// what is there, as it does for a limiter in front of it.
+			want: map[string]string{"Ratelimit": `"default";r=4;t=60, theirs`, "Ratelimit-Policy": `"default";q=5;w=60, theirs`},
+		},
+		{
+			name: "rejected", max: 1, mode: HeadersXRateLimit, status: fiber.StatusTooManyRequests, inFront: true,
+			theirs: map[string]string{"retry-after": "1000", "X-RateLimit-Remaining": "999"},
+			want:   map[string]string{"Retry-After": "60", "X-Ratelimit-Remaining": "0"},
+		},
+		{
+			name: "a field of its own kept", max: 5, mode: HeadersXRateLimit, status: fiber.StatusOK,
+			theirs: map[string]string{"x-request-id": "abc"},
+			want:   map[string]string{"X-Request-Id": "abc", "X-Ratelimit-Remaining": "4"},
+		},
+	}
+	serve := func(t *testing.T, normalizing bool, max int, mode HeaderMode, theirs map[string]string, inFront bool) (int, map[string][]string) {
+		app := fiber.New(fiber.Config{DisableHeaderNormalizing: !normalizing})
+		set := func(c fiber.Ctx) {
+			for k, v := range theirs {
+				c.Set(k, v)
+			}
+		}
+		if inFront {
+			app.Use(func(c fiber.Ctx) error { set(c); return c.Next() })
+		}
+		app.Use(New(Config{Max: max, Expiration: time.Minute, Headers: mode}))
+		app.Get("/", func(c fiber.Ctx) error {
+			if !inFront {
+				set(c)
+			}
+			return c.SendString("ok")
+		})
+		for i := 0; ; i++ { // with Max 1, the second request is rejected
+			resp, err := app.Test(httptest.NewRequest(fiber.MethodGet, "/", nil))
+			require.NoError(t, err)
+			if max > 1 || i == 1 {
+				return resp.StatusCode, resp.Header
+			}
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, header := serve(t, false, tt.max, tt.mode, tt.theirs, tt.inFront)
+			normalStatus, normalHeader := serve(t, true, tt.max, tt.mode, tt.theirs, tt.inFront)
+			assert.Equal(t, tt.status, status)
+			assert.Equal(t, normalStatus, status)
+			for name, value := range tt.want {
+				assert.Equal(t, []string{value}, header[name], name)
+				assert.Equal(t, normalHeader[name], header[name], "%s, against normalized names", name)
+			}
+		})
+	}
+}

@@ -1,0 +1,107 @@
+package nethttp
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The middleware's writer keeps io.ReaderFrom, through which net/http
+// sends a file by sendfile (http.ServeContent, io.Copy): a file served
+// through it arrives whole, with the rate-limit headers; over a writer
+// that has no ReadFrom, the copy goes through Write.
+func TestReaderFromKept(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "body")
+	body := strings.Repeat("0123456789", 10_000)
+	require.NoError(t, os.WriteFile(file, []byte(body), 0o600))
+
+	var readerFrom bool
+	h := New(Config{Max: 5})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, readerFrom = w.(io.ReaderFrom)
+		f, err := os.Open(file)
+		if !assert.NoError(t, err) {
+			return
+		}
+		defer func() { _ = f.Close() }()
+		_, err = io.Copy(w, f)
+		assert.NoError(t, err)
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.True(t, readerFrom)
+	assert.Equal(t, body, string(got))
+	assert.Equal(t, "4", resp.Header.Get("X-RateLimit-Remaining"))
+
+	// Over a writer without ReadFrom.
+	h = New(Config{Max: 5})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n, err := io.Copy(w, strings.NewReader(body))
+		assert.NoError(t, err)
+		assert.Equal(t, int64(len(body)), n)
+	}))
+	w := &bodyWriter{plainWriter: plainWriter{header: http.Header{}}}
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	assert.Equal(t, body, w.body.String())
+	assert.Equal(t, "4", w.header.Get("X-RateLimit-Remaining"))
+}
+
+// bodyWriter is a plainWriter that keeps what is written.
+type bodyWriter struct {
+	plainWriter
+	body strings.Builder
+}
+
+func (w *bodyWriter) Write(b []byte) (int, error) { return w.body.Write(b) }
+
+// A handler that panics before it writes its status failed: under
+// SkipFailedRequests its cost is given back, as for a 500 it returns,
+// and the panic goes on to the middleware in front that recovers it.
+func TestPanickingHandlerIsFailed(t *testing.T) {
+	recoverer := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				if v := recover(); v != nil {
+					assert.Equal(t, "boom", v)
+					w.WriteHeader(http.StatusInternalServerError)
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+	tests := []struct {
+		name       string
+		skipFailed bool
+		want       []int
+		remaining  []string
+	}{
+		{"SkipFailedRequests", true, []int{500, 500, 500, 500}, []string{"2", "2", "2", "2"}},
+		{"counted", false, []int{500, 500, 429, 429}, []string{"1", "0", "0", "0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := recoverer(New(Config{Max: 2, SkipFailedRequests: tt.skipFailed})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+				panic("boom")
+			})))
+			var codes []int
+			var remaining []string
+			for range 4 {
+				resp := from(h, "192.0.2.1:1")
+				codes = append(codes, resp.StatusCode)
+				remaining = append(remaining, resp.Header.Get("X-RateLimit-Remaining"))
+			}
+			assert.Equal(t, tt.want, codes)
+			assert.Equal(t, tt.remaining, remaining)
+		})
+	}
+}
