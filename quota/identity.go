@@ -86,9 +86,10 @@ type identityUser struct {
 // storeIdentity tells a store apart from other stores, or is "" when it
 // cannot be told (a value that is not a pointer). A Redis storage is told
 // by the server it reaches, so that two storages, or two clients, of one
-// Redis are one store: the address and database of a client (a failover
-// client by its own address, since its server changes), the sorted seed
-// addresses of a cluster or ring. Any other storage by its address in
+// Redis are one store: the address and database of a client, whatever
+// ACL user it logs in as (users share the keys), a failover client by its
+// own address, since its server changes; the sorted seed addresses of a
+// cluster or ring. Any other storage by its address in
 // memory.
 func storeIdentity(store any) string {
 	if conn, ok := store.(redisConn); ok {
@@ -98,7 +99,7 @@ func storeIdentity(store any) string {
 		switch c := client.(type) {
 		case *goredis.Client:
 			if o := c.Options(); o.Addr != "FailoverClient" {
-				return fmt.Sprintf("redis %s/%d %s", o.Addr, o.DB, o.Username)
+				return fmt.Sprintf("redis %s/%d", o.Addr, o.DB)
 			}
 		case *goredis.ClusterClient:
 			addrs := slices.Clone(c.Options().Addrs)

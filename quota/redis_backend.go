@@ -92,7 +92,11 @@ func honorsContext(client goredis.UniversalClient) bool {
 // reports after the first then say whether the server is gone (connection
 // refused) or there but not answering.
 func (b *redisBackend) probe(ctx context.Context) error {
-	_, err := b.store.Take(ctx, b.probeKey, redis.Rule{Algorithm: b.alg, Limit: math.MaxUint32, Window: time.Millisecond}, 1)
+	limit := int64(math.MaxUint32)
+	if b.alg == redis.SlidingLog {
+		limit = redis.MaxLogLimit // the log's largest, which a probe a ms does not reach either
+	}
+	_, err := b.store.Take(ctx, b.probeKey, redis.Rule{Algorithm: b.alg, Limit: limit, Window: time.Millisecond}, 1)
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) || hasCause(err) {
 		return err
 	}

@@ -333,12 +333,14 @@ func unreachable(err error, took time.Duration) bool {
 // (maxmemory under noeviction) or cannot persist (MISCONF), the
 // connection's credentials or database are refused (replies to AUTH, HELLO
 // or SELECT while go-redis sets up a connection, which it then closes, so
-// that every call would dial again), it is loading, busy with a script,
+// that every call would dial again), its ACL user may not run a command
+// the script calls (GET, SET, TIME, ...), it is loading, busy with a script,
 // read-only or cut off from its master or cluster, full of clients, or has
 // no script commands.
 var outOfService = [...]string{
 	"OOM", "MISCONF",
 	"NOAUTH", "WRONGPASS", "NOPERM", "ERR AUTH", "ERR Client sent AUTH", "ERR invalid password",
+	"ERR The user executing the script can't run", // Redis 7.0's NOPERM inside a script
 	"ERR DB index", "ERR invalid DB index",
 	"LOADING", "BUSY ", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "NOREPLICAS",
 	"ERR max number of clients", "ERR unknown command",

@@ -32,6 +32,8 @@ func TestUnreachable(t *testing.T) {
 		{redisReply("ERR Error running script (call to f_5d7b): @user_script:12: user_script:12: bad argument #1"), false},
 		{redisReply("WRONGPASS invalid username-password pair or user is disabled."), true},
 		{redisReply("NOAUTH Authentication required."), true},
+		{redisReply("ERR The user executing the script can't run this command or subcommand script: 1e2f, on @user_script:87."), true},
+		{redisReply("NOPERM User svc has no permissions to run the 'time' command"), true},
 		{redisReply("ERR DB index is out of range"), true},
 		{redisReply("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."), true},
 		{redisReply("BUSY Redis is busy running a script."), true},

@@ -107,14 +107,15 @@ if type(stored) == 'table' then
   end
   -- Not a string: another program's key under this name. That is an error
   -- for this key alone; so that it does not hold the key off for good, it
-  -- is given the longest window as a TTL if it has none, after which this
-  -- script writes its own state there.
-  if redis.call('PTTL', key) == -1 then
-    local longest = 0
-    for i = 1, n do
-      local window, step = unpack('<I7I4', ARGV[1], 26 * i - 5)
-      longest = max(longest, window * step)
-    end
+  -- is given the longest window as a TTL if it has none or a longer one,
+  -- after which this script writes its own state there.
+  local longest = 0
+  for i = 1, n do
+    local window, step = unpack('<I7I4', ARGV[1], 26 * i - 5)
+    longest = max(longest, window * step)
+  end
+  local ttl = redis.call('PTTL', key)
+  if ttl == -1 or ttl > longest then
     redis.call('PEXPIRE', key, longest)
   end
   return redis.error_reply('WRONGTYPE limiter: the key holds a value of another type, not a rate-limit state')
