@@ -165,9 +165,10 @@ type Config struct {
 	// same Storage with the same algorithm and windows and no Name would
 	// read each other's state: New panics for the second, asking for a
 	// Name (say, the route). The same Storage is, for Redis, the same
-	// server address and database through any client, as any ACL user (the same seed
-	// addresses for a Cluster or Ring; the same client for a Sentinel
-	// failover client), and for another fiber.Storage the same value.
+	// server address and database through any client, as any ACL user
+	// (the same seed addresses for a Cluster or Ring; the same client for
+	// a Sentinel failover client), and for another fiber.Storage the same
+	// value.
 	// Limiters given the same Name (and the same algorithm and windows)
 	// share their state on purpose, as replicas do. Changing Max, Burst or
 	// a PolicyName keeps the counts a deploy finds; changing an Expiration,
