@@ -75,7 +75,7 @@ type Config struct {
 	// status is >= 400 (including a handler that returns an error, such as a
 	// *fiber.Error). The request is counted first, so concurrent requests
 	// cannot all slip through, then credited back in the window it was
-	// counted in. Its rate-limit headers show the count before the credit.
+	// counted in. Its rate-limit headers show the count after the credit.
 	//
 	// Default: false
 	SkipFailedRequests bool
@@ -281,7 +281,10 @@ type Config struct {
 	// counts nothing, up to 8 repeats (the next counts as a new request).
 	// The handler runs for every repeat: the limiter keeps decisions, not
 	// responses. A rejected request's retry is decided afresh (it counted
-	// nothing). "" counts the request as usual. On Redis the
+	// nothing), and so is the retry of one whose cost Skip*Requests gave
+	// back, or one of a larger Cost. Since every repeat runs the handler,
+	// do not name requests whose repeats are what is to be limited (login
+	// attempts). "" counts the request as usual. On Redis the
 	// check and the count are one script call, exact across replicas; in
 	// memory and other Storage the decisions are kept in this process
 	// (IdempotencyKeys). Not with MaxFunc: New panics.
@@ -305,8 +308,9 @@ type Config struct {
 
 	// MaxKeys caps how many keys the in-memory manager tracks, so a flood of
 	// distinct keys cannot exhaust memory (a key costs about 64 bytes plus
-	// its length, and keys longer than 64 bytes are kept as a 32-byte
-	// digest; under SlidingLog 8 bytes more per unit of Max, and the keys
+	// its length under one limit, about 30 more for each further limit and
+	// about 25 more with BlockFor or MinInterval, and keys longer than 64
+	// bytes are kept as a 32-byte digest; under SlidingLog 8 bytes more per unit of Max, and the keys
 	// are also bounded so that the logs hold at most 256 MiB). The cap is enforced per shard, MaxKeys/256 keys each (rounded
 	// up), so it can bite a little before MaxKeys keys in all. When a new key
 	// arrives at a full shard, it takes the slot of the key closest to its

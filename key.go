@@ -2,9 +2,9 @@ package limiter
 
 import (
 	"reflect"
-	"sync/atomic"
 	"unsafe"
 
+	"github.com/fiberlimit/limiter/internal/appflag"
 	"github.com/fiberlimit/limiter/internal/clientaddr"
 	"github.com/gofiber/fiber/v2"
 )
@@ -36,22 +36,16 @@ func ipKey(ip string, bits int) string { return clientaddr.Key(ip, bits) }
 // (fiber.Config.ProxyHeader), or for a prefix that is not a whole number of
 // bytes, or 32 bits, it falls back to ipKey's text, which allocates.
 type ipKeyer struct {
-	bits int
-	last atomic.Pointer[appIPSource]
+	bits        int
+	proxyHeader appflag.Flag[fiber.App] // the app reads the address from a header
 }
 
-type appIPSource struct {
-	app         *fiber.App
-	proxyHeader bool
-}
+// readsProxyHeader reports whether app reads the client's address from a
+// header (fiber.Config.ProxyHeader).
+func readsProxyHeader(app *fiber.App) bool { return app.Config().ProxyHeader != "" }
 
 func (k *ipKeyer) key(c *fiber.Ctx) string {
-	src := k.last.Load()
-	if src == nil || src.app != c.App() {
-		src = &appIPSource{app: c.App(), proxyHeader: c.App().Config().ProxyHeader != ""}
-		k.last.Store(src)
-	}
-	if src.proxyHeader || k.bits%8 != 0 || k.bits == 32 {
+	if k.proxyHeader.Of(c.App(), readsProxyHeader) || k.bits%8 != 0 || k.bits == 32 {
 		return ipKey(c.IP(), k.bits)
 	}
 	ip := c.Context().RemoteIP()

@@ -36,6 +36,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/appflag"
 	"github.com/fiberlimit/limiter/internal/fasthttpfields"
 	rlheaders "github.com/fiberlimit/limiter/internal/headers"
 	"github.com/fiberlimit/limiter/quota"
@@ -77,8 +78,8 @@ type handler struct {
 	headers      *rlheaders.Writer
 	dryRun       bool
 	onDecision   func(*fiber.Ctx, DecisionEvent)
-	// normalizing: whether the app last served normalizes header names
-	normalizing fasthttpfields.Normalizing[fiber.App]
+	// normalizing: whether each app served keeps header names as given
+	normalizing appflag.Flag[fiber.App]
 }
 
 // newHandler builds the middleware for alg. cfg may come straight from a
@@ -150,11 +151,16 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	}
 	var res quota.Result
 	var err error
+	var id string // the request's IdempotencyKey
 	switch {
 	case max > 0:
 		res, err = h.engine.TakeWith(ctx, key, cost, quota.Limit{Max: max})
 	case h.onceFunc != nil:
-		res, err = h.engine.TakeOnce(ctx, key, h.onceFunc(c), cost)
+		id = h.onceFunc(c)
+		if h.refunds {
+			id = string([]byte(id)) // for RefundOnce, after the handler
+		}
+		res, err = h.engine.TakeOnce(ctx, key, id, cost)
 	default:
 		err = h.engine.TakeInto(ctx, key, cost, &res)
 	}
@@ -192,12 +198,14 @@ func (h *handler) serve(c *fiber.Ctx) error {
 	err = c.Next()
 	if res.Allowed() && h.refunds && cost != 0 {
 		if failed := responseStatus(c, err) >= fiber.StatusBadRequest; (failed && h.skipFailed) || (!failed && h.skipOK) {
-			if after, refundErr := h.engine.Refund(h.refundContext(c), key, cost, &res); refundErr == nil {
+			if after, refundErr := h.engine.RefundOnce(h.refundContext(c), key, id, cost, &res); refundErr == nil {
 				res = after
 			}
 		}
 	}
-	h.foldNames(c)
+	if h.headers.SetsFields() {
+		h.foldNames(c)
+	}
 	rejected := c.Context().UserValue(rejectedBehind{}) != nil
 	if limit, remaining, reset, ok := h.headers.Plain(&res); ok && !rejected {
 		fasthttpfields.SetPlain(&c.Response().Header, h.headers, limit, remaining, reset)
@@ -257,7 +265,7 @@ func responseStatus(c *fiber.Ctx, err error) int {
 // limiter reads and sets, when c's app does not normalize header names
 // (see fasthttpfields.Fold); with normalized names it does nothing.
 func (h *handler) foldNames(c *fiber.Ctx) {
-	if h.normalizing.Off(c.App(), namesAsGiven) {
+	if h.normalizing.Of(c.App(), namesAsGiven) {
 		fasthttpfields.Fold(&c.Response().Header)
 	}
 }

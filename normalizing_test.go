@@ -9,6 +9,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 )
 
 // In an app that does not normalize header names, the limiter's fields
@@ -20,39 +21,49 @@ func TestHeadersWithoutNormalizing(t *testing.T) {
 		name    string
 		max     int
 		mode    HeaderMode
-		theirs  map[string]string // set by the handler, or in front when rejected
+		theirs  [][2]string         // added by the handler, or in front when rejected
+		want    map[string][]string // canonical name → the values
 		status  int
-		want    map[string]string // canonical name → the one value
 		inFront bool
 	}{
 		{
 			name: "admitted", max: 5, mode: HeadersXRateLimit, status: fiber.StatusOK,
-			theirs: map[string]string{"X-RateLimit-Remaining": "999", "x-ratelimit-limit": "999", "X-RATELIMIT-RESET": "999"},
-			want:   map[string]string{"X-Ratelimit-Remaining": "4", "X-Ratelimit-Limit": "5", "X-Ratelimit-Reset": "60"},
+			theirs: [][2]string{{"X-RateLimit-Remaining", "999"}, {"x-ratelimit-limit", "999"}, {"X-RATELIMIT-RESET", "999"}},
+			want:   map[string][]string{"X-Ratelimit-Remaining": {"4"}, "X-Ratelimit-Limit": {"5"}, "X-Ratelimit-Reset": {"60"}},
 		},
 		{
 			name: "admitted, IETF", max: 5, mode: HeadersIETF, status: fiber.StatusOK,
-			theirs: map[string]string{"RateLimit": "theirs", "RateLimit-Policy": "theirs"},
+			theirs: [][2]string{{"RateLimit", "theirs"}, {"RateLimit-Policy", "theirs"}},
 			// The IETF fields are lists: the limiter adds its member to
 			// what is there, as it does for a limiter in front of it.
-			want: map[string]string{"Ratelimit": `"default";r=4;t=60, theirs`, "Ratelimit-Policy": `"default";q=5;w=60, theirs`},
+			want: map[string][]string{"Ratelimit": {`"default";r=4;t=60, theirs`}, "Ratelimit-Policy": {`"default";q=5;w=60, theirs`}},
+		},
+		{
+			name: "admitted, IETF, two values", max: 5, mode: HeadersIETF, status: fiber.StatusOK,
+			theirs: [][2]string{{"RateLimit", `"a";r=1;t=1`}, {"RateLimit", `"b";r=1;t=1`}},
+			want:   map[string][]string{"Ratelimit": {`"default";r=4;t=60, "a";r=1;t=1`, `"b";r=1;t=1`}},
+		},
+		{
+			name: "no headers of its own: theirs kept", max: 5, mode: HeadersNone, status: fiber.StatusOK,
+			theirs: [][2]string{{"X-RateLimit-Limit", "A"}, {"x-ratelimit-limit", "B"}},
+			want:   map[string][]string{"X-Ratelimit-Limit": {"A", "B"}},
 		},
 		{
 			name: "rejected", max: 1, mode: HeadersXRateLimit, status: fiber.StatusTooManyRequests, inFront: true,
-			theirs: map[string]string{"retry-after": "1000", "X-RateLimit-Remaining": "999"},
-			want:   map[string]string{"Retry-After": "60", "X-Ratelimit-Remaining": "0"},
+			theirs: [][2]string{{"retry-after", "1000"}, {"X-RateLimit-Remaining", "999"}},
+			want:   map[string][]string{"Retry-After": {"60"}, "X-Ratelimit-Remaining": {"0"}},
 		},
 		{
 			name: "a field of its own kept", max: 5, mode: HeadersXRateLimit, status: fiber.StatusOK,
-			theirs: map[string]string{"x-request-id": "abc"},
-			want:   map[string]string{"X-Request-Id": "abc", "X-Ratelimit-Remaining": "4"},
+			theirs: [][2]string{{"x-request-id", "abc"}},
+			want:   map[string][]string{"X-Request-Id": {"abc"}, "X-Ratelimit-Remaining": {"4"}},
 		},
 	}
-	serve := func(t *testing.T, normalizing bool, max int, mode HeaderMode, theirs map[string]string, inFront bool) (int, map[string][]string) {
+	serve := func(t *testing.T, normalizing bool, max int, mode HeaderMode, theirs [][2]string, inFront bool) (int, map[string][]string) {
 		app := fiber.New(fiber.Config{DisableHeaderNormalizing: !normalizing})
 		set := func(c *fiber.Ctx) {
-			for k, v := range theirs {
-				c.Set(k, v)
+			for _, kv := range theirs {
+				c.Response().Header.Add(kv[0], kv[1])
 			}
 		}
 		if inFront {
@@ -80,7 +91,7 @@ func TestHeadersWithoutNormalizing(t *testing.T) {
 			assert.Equal(t, tt.status, status)
 			assert.Equal(t, normalStatus, status)
 			for name, value := range tt.want {
-				assert.Equal(t, []string{value}, header[name], name)
+				assert.Equal(t, value, header[name], name)
 				assert.Equal(t, normalHeader[name], header[name], "%s, against normalized names", name)
 			}
 		})
@@ -106,4 +117,37 @@ func TestHeadersWithoutNormalizingSharedMiddleware(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{strconv.Itoa(99 - i)}, resp.Header["X-Ratelimit-Remaining"], "request %d", i)
 	}
+}
+
+// One middleware serving two apps in turn, one normalizing names and one
+// not, allocates nothing per request of its own once it has seen both: as
+// many as the same two apps without it.
+func TestSharedMiddlewareAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items")
+	}
+	allocs := func(mw fiber.Handler) float64 {
+		var handlers []fasthttp.RequestHandler
+		for _, normalizing := range []bool{true, false} {
+			app := fiber.New(fiber.Config{DisableHeaderNormalizing: !normalizing, DisableStartupMessage: true})
+			if mw != nil {
+				app.Use(mw)
+			}
+			app.Get("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+			handlers = append(handlers, app.Handler())
+		}
+		ctx := newBenchCtx()
+		serve := func() {
+			for _, h := range handlers {
+				ctx.Response.Reset()
+				*ctx.time = time.Now()
+				h(ctx.RequestCtx)
+			}
+		}
+		serve()
+		n := testing.AllocsPerRun(50, serve)
+		assert.Equal(t, fiber.StatusOK, ctx.Response.StatusCode())
+		return n
+	}
+	assert.Equal(t, allocs(nil), allocs(New(Config{Max: 1 << 26, Expiration: time.Hour})))
 }

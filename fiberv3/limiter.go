@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/fiberlimit/limiter/internal/adapter"
+	"github.com/fiberlimit/limiter/internal/appflag"
 	"github.com/fiberlimit/limiter/internal/clientaddr"
 	"github.com/fiberlimit/limiter/internal/fasthttpfields"
 	"github.com/fiberlimit/limiter/internal/headers"
@@ -72,8 +73,8 @@ type handler struct {
 	headers        *headers.Writer
 	dryRun         bool
 	onDecision     func(fiber.Ctx, DecisionEvent)
-	// normalizing: whether the app last served normalizes header names
-	normalizing fasthttpfields.Normalizing[fiber.App]
+	// normalizing: whether each app served keeps header names as given
+	normalizing appflag.Flag[fiber.App]
 }
 
 // newHandler builds the middleware for alg. config may come straight from
@@ -168,11 +169,16 @@ func (h *handler) serve(c fiber.Ctx) error {
 	ctx := h.context(c)
 	var res quota.Result
 	var err error
+	var id string // the request's IdempotencyKey
 	switch {
 	case first != (quota.Limit{}):
 		res, err = h.engine.TakeWith(ctx, key, cost, first)
 	case h.onceFunc != nil:
-		res, err = h.engine.TakeOnce(ctx, key, h.onceFunc(c), cost)
+		id = h.onceFunc(c)
+		if h.refunds {
+			id = string([]byte(id)) // for RefundOnce, after the handler
+		}
+		res, err = h.engine.TakeOnce(ctx, key, id, cost)
 	default:
 		err = h.engine.TakeInto(ctx, key, cost, &res)
 	}
@@ -210,12 +216,14 @@ func (h *handler) serve(c fiber.Ctx) error {
 	err = c.Next()
 	if res.Allowed() && h.refunds && cost != 0 {
 		if failed := responseStatus(c, err) >= fiber.StatusBadRequest; (failed && h.skipFailed) || (!failed && h.skipOK) {
-			if after, refundErr := h.engine.Refund(h.context(c), key, cost, &res); refundErr == nil {
+			if after, refundErr := h.engine.RefundOnce(h.context(c), key, id, cost, &res); refundErr == nil {
 				res = after
 			}
 		}
 	}
-	h.foldNames(c)
+	if h.headers.SetsFields() {
+		h.foldNames(c)
+	}
 	rejected := c.RequestCtx().UserValue(rejectedBehind{}) != nil
 	if limit, remaining, reset, ok := h.headers.Plain(&res); ok && !rejected {
 		fasthttpfields.SetPlain(&c.Response().Header, h.headers, limit, remaining, reset)
@@ -294,7 +302,7 @@ type rejectedBehind struct{}
 // limiter reads and sets, when c's app does not normalize header names
 // (see fasthttpfields.Fold); with normalized names it does nothing.
 func (h *handler) foldNames(c fiber.Ctx) {
-	if h.normalizing.Off(c.App(), namesAsGiven) {
+	if h.normalizing.Of(c.App(), namesAsGiven) {
 		fasthttpfields.Fold(&c.Response().Header)
 	}
 }

@@ -185,7 +185,10 @@ type Config struct {
 	// counts nothing, up to 8 repeats (the next counts as a new request).
 	// The handler runs for every repeat: the limiter keeps decisions, not
 	// responses. A rejected request's retry is decided afresh (it counted
-	// nothing). "" counts the request as usual. On Redis the check and the
+	// nothing), and so is the retry of one whose cost Skip*Requests gave
+	// back, or one of a larger Cost. Since every repeat runs the handler,
+	// do not name requests whose repeats are what is to be limited (login
+	// attempts). "" counts the request as usual. On Redis the check and the
 	// count are one script call, exact across replicas; in memory and
 	// other Storage the decisions are kept in this process
 	// (IdempotencyKeys). Not with MaxFunc: New panics.

@@ -129,11 +129,13 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	var res quota.Result
 	var err error
+	var id string // the request's IdempotencyKey
 	switch {
 	case max > 0:
 		res, err = l.engine.TakeWith(r.Context(), key, cost, quota.Limit{Max: max})
 	case l.cfg.IdempotencyKey != nil:
-		res, err = l.engine.TakeOnce(r.Context(), key, l.cfg.IdempotencyKey(r), cost)
+		id = l.cfg.IdempotencyKey(r)
+		res, err = l.engine.TakeOnce(r.Context(), key, id, cost)
 	default:
 		err = l.engine.TakeInto(r.Context(), key, cost, &res)
 	}
@@ -171,7 +173,7 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		l.cfg.LimitReached.ServeHTTP(w, r)
 		return
 	}
-	rw := &responseWriter{ResponseWriter: w, l: l, r: r, key: key, cost: cost, res: res}
+	rw := &responseWriter{ResponseWriter: w, l: l, r: r, key: key, id: id, cost: cost, res: res}
 	returned := false
 	defer func() {
 		// The handler panicked (or called runtime.Goexit) before its status
@@ -207,13 +209,13 @@ func (l *limiter) report(r *http.Request, key string, cost int, res *quota.Resul
 
 // refund gives back the cost of an admitted request that ended with
 // status, when Skip*Requests says so, and returns the result to describe.
-func (l *limiter) refund(ctx context.Context, key string, cost, status int, res *quota.Result) quota.Result {
+func (l *limiter) refund(ctx context.Context, key, id string, cost, status int, res *quota.Result) quota.Result {
 	if !res.Allowed() || cost == 0 {
 		return *res
 	}
 	failed := status >= http.StatusBadRequest
 	if (failed && l.cfg.SkipFailedRequests) || (!failed && l.cfg.SkipSuccessfulRequests) {
-		if after, err := l.engine.Refund(ctx, key, cost, res); err == nil {
+		if after, err := l.engine.RefundOnce(ctx, key, id, cost, res); err == nil {
 			return after
 		}
 	}

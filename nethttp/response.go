@@ -19,6 +19,7 @@ type responseWriter struct {
 	l    *limiter
 	r    *http.Request
 	key  string
+	id   string // the request's IdempotencyKey, for RefundOnce
 	cost int
 	res  quota.Result
 	done bool
@@ -33,7 +34,7 @@ func (w *responseWriter) before(status int) {
 		return
 	}
 	w.done = true
-	res := w.l.refund(w.r.Context(), w.key, w.cost, status, &w.res)
+	res := w.l.refund(w.r.Context(), w.key, w.id, w.cost, status, &w.res)
 	var out headers.Out
 	w.l.headers.WriteAdmitted(&out, fields(w.Header()), &res, w.key, w.l.cfg.DryRun, w.rejectedBehind)
 	setFields(w.Header(), &out)
@@ -51,16 +52,36 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// ReadFrom sends the status (with the rate-limit headers), then copies
-// src to the client through the wrapped writer's ReadFrom when it has one
-// (net/http's sends a file by sendfile), else through Write.
+// ReadFrom copies src to the client, through the wrapped writer's
+// ReadFrom when it has one (net/http's sends a file by sendfile), else
+// through Write. As net/http's own, it sends nothing before src yields its
+// first bytes: the first part goes through Write, whose first call settles
+// the status (200), so that a handler whose copy fails before any byte can
+// still answer with an error status, and be counted by it.
 func (w *responseWriter) ReadFrom(src io.Reader) (int64, error) {
-	w.before(http.StatusOK)
-	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
-		return rf.ReadFrom(src)
+	var n int64
+	if !w.done {
+		first, err := io.Copy(writerOnly{w}, io.LimitReader(src, firstPart))
+		n += first
+		if err != nil || first < firstPart {
+			return n, err // src ended (or failed) within the first part
+		}
 	}
-	return io.Copy(w.ResponseWriter, src)
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		rest, err := rf.ReadFrom(src)
+		return n + rest, err
+	}
+	rest, err := io.Copy(writerOnly{w.ResponseWriter}, src)
+	return n + rest, err
 }
+
+// firstPart is how much ReadFrom copies through Write before it hands the
+// rest on: net/http's sniffing length.
+const firstPart = 512
+
+// writerOnly hides all but Write of a writer, so that io.Copy writes
+// through it.
+type writerOnly struct{ io.Writer }
 
 // Flush sends the status (with the rate-limit headers) and what has been
 // written so far; a writer that cannot flush ignores it.

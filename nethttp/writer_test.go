@@ -1,6 +1,7 @@
 package nethttp
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -104,4 +105,38 @@ func TestPanickingHandlerIsFailed(t *testing.T) {
 			assert.Equal(t, tt.remaining, remaining)
 		})
 	}
+}
+
+// failingReader fails on its first read, before it yields a byte.
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, errors.New("backend gone") }
+
+// A copy whose source fails before its first byte sends nothing: the
+// handler can still answer with an error, which SkipFailedRequests then
+// gives back, as net/http's own ReadFrom allows; an empty source sends
+// nothing either, and the handler's return settles 200.
+func TestReadFromSendsNothingBeforeTheSource(t *testing.T) {
+	h := New(Config{Max: 2, SkipFailedRequests: true})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if _, err := io.Copy(w, failingReader{}); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	}))
+	var codes []int
+	var remaining []string
+	for range 4 {
+		resp := from(h, "192.0.2.1:1")
+		codes = append(codes, resp.StatusCode)
+		remaining = append(remaining, resp.Header.Get("X-RateLimit-Remaining"))
+	}
+	assert.Equal(t, []int{500, 500, 500, 500}, codes)
+	assert.Equal(t, []string{"2", "2", "2", "2"}, remaining)
+
+	empty := New(Config{Max: 2, SkipSuccessfulRequests: true})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, err := io.Copy(w, strings.NewReader(""))
+		assert.NoError(t, err)
+	}))
+	resp := from(empty, "192.0.2.1:1")
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "2", resp.Header.Get("X-RateLimit-Remaining"), "a 200, given back")
 }

@@ -168,3 +168,34 @@ func TestEvictionLookedAtOncePerRedis(t *testing.T) {
 	mu.Unlock()
 	assert.Equal(t, 1, redistest.CommandCalls(t, admin, "info"))
 }
+
+// The look is shared by the limiters of one ACL user only: a user that may
+// not run INFO cannot look, and that does not keep a limiter of another
+// user on the same Redis from being told that it evicts.
+func TestEvictionLookedAtPerUser(t *testing.T) {
+	evictionLooks.Clear()
+	srv := redistest.Start(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	admin := srv.Client(t)
+	ctx := context.Background()
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "noinfo", "on", ">secret", "~*", "+@all", "-info").Err())
+	noInfo := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Username: "noinfo", Password: "secret"})
+	t.Cleanup(func() { _ = noInfo.Close() })
+	var mu sync.Mutex
+	reports := map[string][]error{}
+	limiter := func(name string, conn *goredis.Client) func() {
+		replica := redisLimiter(t, Config{
+			Name: name, Limits: []Limit{PerMinute(10)}, RedisStore: redis.New(conn),
+			OnStorageError: func(err error) { mu.Lock(); reports[name] = append(reports[name], err); mu.Unlock() },
+		})
+		return func() { requireAllowed(t, replica, "k") }
+	}
+	first, second := limiter("a", noInfo), limiter("b", srv.Client(t))
+	first()
+	waitFor(t, "a's report", func() bool { mu.Lock(); defer mu.Unlock(); return len(reports["a"]) > 0 })
+	second()
+	waitFor(t, "b's report", func() bool { mu.Lock(); defer mu.Unlock(); return len(reports["b"]) > 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Contains(t, reports["a"][0].Error(), "NOPERM")
+	assert.ErrorIs(t, reports["b"][0], ErrStorageEvicts)
+}

@@ -132,8 +132,9 @@ type Config struct {
 
 	// MaxKeys bounds the keys kept in memory, by this limiter's in-memory
 	// state or FailFallback's: at the bound, a new key takes the place of
-	// one that ends soon. A key takes about 64 bytes besides its length;
-	// under SlidingLog 8 more per unit of each limit's Max, and the keys
+	// one that ends soon. A key takes about 64 bytes besides its length
+	// under one limit, about 30 more for each further limit and about 25
+	// more with BlockFor or MinInterval; under SlidingLog 8 more per unit of each limit's Max, and the keys
 	// are also bounded so that the logs hold at most 256 MiB.
 	//
 	// Optional. Default: 1<<20
@@ -512,7 +513,7 @@ func (l *Limiter) TakeOnce(ctx context.Context, key, id string, cost int) (Resul
 	request := requestIDOf(key, id)
 	if !l.redisOnce {
 		var err error
-		res := l.once.take(request, func() Result {
+		res := l.once.take(request, int64(cost), func() Result {
 			var res Result
 			res, err = l.Take(ctx, key, cost)
 			return res
@@ -523,6 +524,25 @@ func (l *Limiter) TakeOnce(ctx context.Context, key, id string, cost int) (Resul
 	res := l.store.takeOnce(ctx, l.storedKey(nil, &ls, key), request.record(), &ls, int64(cost))
 	l.finish(&res, &ls)
 	return res, nil
+}
+
+// RefundOnce is Refund for a take that TakeOnce made for request id: it
+// also makes the request's record answer no more repeats, so that a retry
+// of a request whose cost was given back is decided, and counted, afresh
+// (else a refunded request's id would pass its retries for free). A repeat
+// (SourceRepeat) counted nothing: it is given nothing back, and the record
+// stays.
+func (l *Limiter) RefundOnce(ctx context.Context, key, id string, cost int, taken *Result) (Result, error) {
+	if id != "" && taken.Allowed() && taken.source != SourceRepeat && cost > 0 {
+		request := requestIDOf(key, id)
+		if l.redisOnce {
+			ls := l.base
+			l.store.forgetOnce(ctx, l.storedKey(nil, &ls, key), request.record())
+		} else {
+			l.once.forget(request)
+		}
+	}
+	return l.Refund(ctx, key, cost, taken)
 }
 
 // TakeWith is Take with the first limit replaced, for this call, by

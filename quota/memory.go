@@ -104,7 +104,10 @@ type shard struct {
 // maxLimits) for at most about maxKeys keys.
 func newManager(alg Algorithm, n, maxKeys int, clock func() int64) *manager {
 	m := &manager{alg: alg, more: n - 1, clock: clock, origin: time.Now(), seed: maphash.MakeSeed()}
-	perShard := max(1, (maxKeys+shardCount-1)/shardCount)
+	perShard := 1 // maxKeys / shardCount rounded up, without overflow
+	if maxKeys > 0 {
+		perShard = (maxKeys-1)/shardCount + 1
+	}
 	for i := range m.shards {
 		m.shards[i].limit = perShard
 		m.shards[i].stride = n - 1
@@ -356,9 +359,26 @@ func (s *shard) insert(key string, klen, hash uint32, now int64) int {
 	for range s.stride {
 		s.more = append(s.more, state{})
 	}
-	s.logs = append(s.logs, make([]int64, s.logStride)...)
+	s.growLogs()
 	s.place(hash, uint32(len(s.entries)))
 	return len(s.entries) - 1
+}
+
+// growLogs adds a zeroed log part for a new entry. The logs grow as
+// append would, but never beyond the shard's cap of keys, so that the
+// logs of a full manager take what logMemory allows and no spare room.
+func (s *shard) growLogs() {
+	if s.logStride == 0 {
+		return
+	}
+	n := len(s.logs) + s.logStride
+	if n > cap(s.logs) {
+		grown := make([]int64, len(s.logs), max(n, min(2*cap(s.logs)+s.logStride, s.limit*s.logStride)))
+		copy(grown, s.logs)
+		s.logs = grown
+	}
+	s.logs = s.logs[:n]
+	clear(s.logs[n-s.logStride:])
 }
 
 func (s *shard) appendKey(key string) uint32 {

@@ -11,7 +11,11 @@ import (
 // A take once per request (Limiter.TakeOnce) counts a request's first take
 // only: a client retrying the same request (a payment, an order, with the
 // same Idempotency-Key) gets the first take's Result again, marked
-// SourceRepeat, and spends nothing more.
+// SourceRepeat, and spends nothing more. A retry of a larger cost than
+// the first take's is no repeat: it is decided, and counted, as a new
+// request. A first take that is given back (RefundOnce, for Skip*Requests)
+// answers no repeats: its retries are decided afresh, so that a refund
+// cannot be followed by free repeats.
 //
 // Only an admission decided by the backend is kept: a rejection counted
 // nothing, so its retry is decided afresh (and admitted once there is
@@ -88,6 +92,7 @@ type onceShard struct {
 
 type onceRecord struct {
 	v       Result
+	cost    int64 // the admitted take's; a retry of a larger cost is no repeat
 	until   int64 // ms
 	repeats int   // answered so far
 }
@@ -100,16 +105,16 @@ func newOnceCache(ttl time.Duration, limit int, clock func() int64) *onceCache {
 	return c
 }
 
-// take returns the kept Result of request r, as a repeat, or else the
-// Result of take, which it keeps when it is an admission by the backend.
-// The shard's lock is held meanwhile, so that a request taken twice at once
-// is taken once.
-func (c *onceCache) take(r requestID, take func() Result) Result {
+// take returns the kept Result of request r, as a repeat, when its cost is
+// at most the kept take's, or else the Result of take, which it keeps when
+// it is an admission by the backend. The shard's lock is held meanwhile,
+// so that a request taken twice at once is taken once.
+func (c *onceCache) take(r requestID, cost int64, take func() Result) Result {
 	s := &c.shards[r[0]%onceShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := c.clock()
-	if rec, ok := s.records[r]; ok && rec.until > now && rec.repeats < maxRepeats {
+	if rec, ok := s.records[r]; ok && rec.until > now && rec.repeats < maxRepeats && cost <= rec.cost {
 		rec.repeats++
 		s.records[r] = rec
 		v := rec.v
@@ -129,6 +134,18 @@ func (c *onceCache) take(r requestID, take func() Result) Result {
 			s.next = (s.next + 1) % len(s.order)
 		}
 	}
-	s.records[r] = onceRecord{v: v, until: now + c.ttl}
+	s.records[r] = onceRecord{v: v, cost: cost, until: now + c.ttl}
 	return v
+}
+
+// forget makes request r's record answer no more repeats: its take was
+// given back (a refund), so a retry is decided, and counted, afresh.
+func (c *onceCache) forget(r requestID) {
+	s := &c.shards[r[0]%onceShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rec, ok := s.records[r]; ok {
+		rec.repeats = maxRepeats
+		s.records[r] = rec
+	}
 }

@@ -140,6 +140,11 @@ func (b *redisBackend) checkEviction(ctx context.Context) (next int64, warning e
 	if id == "" {
 		return checkEviction(ctx, b.store.Conn())
 	}
+	if c, ok := b.store.Conn().(*goredis.Client); ok {
+		// What a look can read depends on the ACL user (INFO may be
+		// refused to one and not another): each user looks for itself.
+		id += " user " + c.Options().Username
+	}
 	v, _ := evictionLooks.LoadOrStore(id, new(atomic.Int64))
 	looked := v.(*atomic.Int64)
 	now, last := time.Now().UnixMilli(), looked.Load()
@@ -156,7 +161,7 @@ func (b *redisBackend) checkEviction(ctx context.Context) (next int64, warning e
 	return next, warning
 }
 
-// evictionLooks holds, by storeIdentity, when (Unix ms) a limiter of this
+// evictionLooks holds, by storeIdentity and ACL user, when (Unix ms) a limiter of this
 // process last looked at that Redis's eviction settings.
 var evictionLooks sync.Map
 
@@ -190,6 +195,11 @@ func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost in
 		return Result{}, err
 	}
 	return verdictOf(&results, ls.n), nil
+}
+
+// forgetOnce drops the record of a take once per request for key.
+func (b *redisBackend) forgetOnce(ctx context.Context, key, record string) error {
+	return b.store.ForgetOnce(ctx, b.prefix+key, b.prefix+"once:"+record)
 }
 
 // takeOnce takes cost for key once per request: record names the

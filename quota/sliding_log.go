@@ -39,7 +39,10 @@ func memoryKeys(alg Algorithm, ls *limits, maxKeys int) int {
 	for i := range ls.n {
 		perKey += 8 * ls.r[i].limit
 	}
-	return int(min(int64(maxKeys), max(shardCount, logMemory/perKey)))
+	// A whole number of keys a shard, rounded down, so that the shards'
+	// caps (see newManager) add up to no more than logMemory holds.
+	fit := max(shardCount, logMemory/perKey/shardCount*shardCount)
+	return int(min(int64(maxKeys), fit))
 }
 
 // logs are the rings of one key's logs, one per limit, each of its

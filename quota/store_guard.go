@@ -167,6 +167,23 @@ func (g *guardedStore) takeOnce(ctx context.Context, key, record string, ls *lim
 	return v
 }
 
+// forgetOnce drops the record of a take once per request (see
+// Limiter.RefundOnce), within the call timeout; a store that is not
+// answering keeps it, to expire on its own.
+func (g *guardedStore) forgetOnce(ctx context.Context, key, record string) {
+	once, ok := g.store.(interface {
+		forgetOnce(ctx context.Context, key, record string) error
+	})
+	if !ok || !g.admitCall(g.now()) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	if err := once.forgetOnce(ctx, key, record); err != nil {
+		g.reporter.failed(g.now(), fmt.Errorf("limiter: forgetting a request's record: %w", err), g.breaker.open())
+	}
+}
+
 // refund credits the request's cost back and returns the state it leaves;
 // ok is false when it could not (the store failed, and the credit is
 // lost), which never fails the request: errors go to the hook only.
@@ -340,11 +357,18 @@ func unreachable(err error, took time.Duration) bool {
 var outOfService = [...]string{
 	"OOM", "MISCONF",
 	"NOAUTH", "WRONGPASS", "NOPERM", "ERR AUTH", "ERR Client sent AUTH", "ERR invalid password",
-	"ERR The user executing the script can't run", // Redis 7.0's NOPERM inside a script
+	// An ACL user's command refused inside a script: Redis 7.0's wording,
+	// and 7.2's and Valkey's (Redis 6's is found within its wrapper, see
+	// refusesService).
+	"ERR " + scriptACLRefusal, "ERR ACL failure in script",
 	"ERR DB index", "ERR invalid DB index",
 	"LOADING", "BUSY ", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "NOREPLICAS",
 	"ERR max number of clients", "ERR unknown command",
 }
+
+// scriptACLRefusal is what Redis 6 and 7.0 say of a command that the ACL
+// user may not run, called by a script.
+const scriptACLRefusal = "The user executing the script can't run"
 
 // refusesService tells whether a Redis error reply says that the server
 // cannot serve calls now (see outOfService). Redis 6 and earlier give an
@@ -353,6 +377,9 @@ var outOfService = [...]string{
 // last ": -".
 func refusesService(reply string) bool {
 	if strings.HasPrefix(reply, "ERR Error running script") {
+		if strings.Contains(reply, scriptACLRefusal) {
+			return true // Redis 6: an ACL user's command refused in the script
+		}
 		if i := strings.LastIndex(reply, ": -"); i >= 0 {
 			reply = reply[i+3:]
 		}

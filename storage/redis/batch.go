@@ -164,8 +164,8 @@ var batchReplaced = [][2]string{
 	{"redis.call('PTTL', key)", "batch_pttl(key)"},
 	// A take once per request goes alone, never in a batch.
 	{"redis.call('GET', KEYS[2])", "error('limiter: a take once per request is never batched')"},
-	{"redis.call('SET', KEYS[2], first_answer .. pack('<B', repeats + 1), 'KEEPTTL')", "error('limiter: a take once per request is never batched')"},
-	{"redis.call('SET', KEYS[2], reply .. '\\0', 'PX', once_ms)", "error('limiter: a take once per request is never batched')"},
+	{"redis.call('SET', KEYS[2], first_answer .. pack('<I5B', first_cost, repeats + 1), 'KEEPTTL')", "error('limiter: a take once per request is never batched')"},
+	{"redis.call('SET', KEYS[2], reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)", "error('limiter: a take once per request is never batched')"},
 }
 
 // batchGroup is the calls of one algorithm and slot in a pipeline, and

@@ -52,19 +52,23 @@ local blocking, spacing = floor(flags / 32) % 2 == 1, floor(flags / 64) % 2 == 1
 local rules_end, block_ms, gap_ms, suffix = #ARGV[1], 0, 0, 0
 -- once (flag 128): a take made once per request (its idempotency key).
 -- An admitted one's answer is kept in the call's second key, of the same
--- hash slot, for once_ms (6 bytes, last of all), followed by how many
--- repeats it has answered (1 byte): a repeat gets that answer again, with
--- one byte more that marks it, and counts nothing, up to 8 repeats (the
--- twin of maxRepeats); the next counts as a new request. Never in a batch.
+-- hash slot, for once_ms (6 bytes, last of all), followed by the cost it
+-- admitted (5 bytes) and how many repeats it has answered (1 byte): a
+-- repeat of at most that cost gets that answer again, with one byte more
+-- that marks it, and counts nothing, up to 8 repeats (the twin of
+-- maxRepeats); the next, or one of a larger cost, counts as a new request.
+-- A record of another layout (an answer is 1 + 25 bytes a limit) answers
+-- nothing. Never in a batch.
 local once, once_ms = flags >= 128, 0
 if once then
   rules_end = rules_end - 6
   once_ms = unpack('<I6', ARGV[1], rules_end + 1)
   local first = redis.call('GET', KEYS[2])
-  if first and #first > 1 then
-    local first_answer, repeats = sub(first, 1, #first - 1), unpack('<B', first, #first)
-    if repeats < 8 then
-      redis.call('SET', KEYS[2], first_answer .. pack('<B', repeats + 1), 'KEEPTTL')
+  if first and #first >= 32 and (#first - 7) % 25 == 0 then
+    local first_answer = sub(first, 1, #first - 6)
+    local first_cost, repeats = unpack('<I5B', first, #first - 5)
+    if repeats < 8 and request_cost <= first_cost then
+      redis.call('SET', KEYS[2], first_answer .. pack('<I5B', first_cost, repeats + 1), 'KEEPTTL')
       return first_answer .. '\1'
     end
   end

@@ -163,3 +163,48 @@ func TestTakeOnceOnCluster(t *testing.T) {
 		assert.Equal(t, int64(9), res[0].Remaining, "key %s counted once", key)
 	}
 }
+
+// ForgetOnce drops a record: the same record's next call is a new request,
+// counted. A record of another layout (an older version's, or another
+// program's value) answers nothing: the call is decided as a new request,
+// without an error, and its record replaces it.
+func TestTakeOnceForgetAndForeignRecords(t *testing.T) {
+	c := newClock()
+	store, rdb, _ := newStore(t, c)
+	ctx := context.Background()
+	rules := []Rule{{Algorithm: FixedWindow, Limit: 5, Window: time.Hour}}
+	res := make([]Result, 1)
+	take := func(record string, cost int64) (repeat bool, remaining int64) {
+		t.Helper()
+		ok, repeat, err := store.TakeOnceAll(ctx, "k", record, time.Minute, rules, cost, res)
+		require.NoError(t, err)
+		require.True(t, ok)
+		return repeat, res[0].Remaining
+	}
+	repeat, remaining := take("r1", 1)
+	require.False(t, repeat)
+	require.Equal(t, int64(4), remaining)
+	require.NoError(t, store.ForgetOnce(ctx, "k", "r1"))
+	repeat, remaining = take("r1", 1)
+	assert.False(t, repeat, "forgotten: a new request")
+	assert.Equal(t, int64(3), remaining)
+
+	keys, err := rdb.Keys(ctx, "r1*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	for _, foreign := range []string{
+		"\x01" + strings.Repeat("\x00", 25) + "\x00", // an answer and a repeat count, without the cost
+		"x", "", strings.Repeat("\xff", 32),
+	} {
+		require.NoError(t, rdb.Set(ctx, keys[0], foreign, time.Minute).Err())
+		before := remaining
+		repeat, remaining = take("r1", 1)
+		assert.False(t, repeat, "%q answers nothing", foreign)
+		assert.Equal(t, before-1, remaining, "%q: counted", foreign)
+		repeat, _ = take("r1", 1)
+		assert.True(t, repeat, "the new record answers")
+		if remaining == 0 {
+			break
+		}
+	}
+}

@@ -502,6 +502,17 @@ func (s *Store) TakeOnceAll(ctx context.Context, key, record string, ttl time.Du
 	return allowed, repeat, err
 }
 
+// ForgetOnce drops the record that TakeOnceAll keeps for key under
+// record, so that a retry of that request is decided, and counted, as a
+// new one: for a take whose cost was given back (RefundAll), whose
+// retries would otherwise repeat its admission for free.
+func (s *Store) ForgetOnce(ctx context.Context, key, record string) error {
+	if err := s.calls.Del(ctx, recordKeyOf(key, record)).Err(); err != nil {
+		return fmt.Errorf("limiter: redis forget a take once: %w", err)
+	}
+	return nil
+}
+
 // TakeUpToAll takes as much of cost as every rule has room for now, in
 // one round trip, and returns how much that was: a batch of jobs that
 // takes what it can, say. When no rule has room for one unit, it is a

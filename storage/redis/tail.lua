@@ -139,6 +139,6 @@ else
   reply = pack('<B', admitted + never) .. answer .. granted
 end
 if once and admitted == 1 then
-  redis.call('SET', KEYS[2], reply .. '\0', 'PX', once_ms)
+  redis.call('SET', KEYS[2], reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)
 end
 return reply
