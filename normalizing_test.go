@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/behaviour"
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,52 +14,9 @@ import (
 )
 
 // In an app that does not normalize header names, the limiter's fields
-// still replace the ones a handler or a middleware set in another
-// spelling: each field has one value, the limiter's, as with normalized
-// names.
+// come out as they do with normalized names, whatever spellings a handler
+// or a middleware in front used for its own (behaviour.HeaderNameCases).
 func TestHeadersWithoutNormalizing(t *testing.T) {
-	tests := []struct {
-		name    string
-		max     int
-		mode    HeaderMode
-		theirs  [][2]string         // added by the handler, or in front when rejected
-		want    map[string][]string // canonical name → the values
-		status  int
-		inFront bool
-	}{
-		{
-			name: "admitted", max: 5, mode: HeadersXRateLimit, status: fiber.StatusOK,
-			theirs: [][2]string{{"X-RateLimit-Remaining", "999"}, {"x-ratelimit-limit", "999"}, {"X-RATELIMIT-RESET", "999"}},
-			want:   map[string][]string{"X-Ratelimit-Remaining": {"4"}, "X-Ratelimit-Limit": {"5"}, "X-Ratelimit-Reset": {"60"}},
-		},
-		{
-			name: "admitted, IETF", max: 5, mode: HeadersIETF, status: fiber.StatusOK,
-			theirs: [][2]string{{"RateLimit", "theirs"}, {"RateLimit-Policy", "theirs"}},
-			// The IETF fields are lists: the limiter adds its member to
-			// what is there, as it does for a limiter in front of it.
-			want: map[string][]string{"Ratelimit": {`"default";r=4;t=60, theirs`}, "Ratelimit-Policy": {`"default";q=5;w=60, theirs`}},
-		},
-		{
-			name: "admitted, IETF, two values", max: 5, mode: HeadersIETF, status: fiber.StatusOK,
-			theirs: [][2]string{{"RateLimit", `"a";r=1;t=1`}, {"RateLimit", `"b";r=1;t=1`}},
-			want:   map[string][]string{"Ratelimit": {`"default";r=4;t=60, "a";r=1;t=1`, `"b";r=1;t=1`}},
-		},
-		{
-			name: "no headers of its own: theirs kept", max: 5, mode: HeadersNone, status: fiber.StatusOK,
-			theirs: [][2]string{{"X-RateLimit-Limit", "A"}, {"x-ratelimit-limit", "B"}},
-			want:   map[string][]string{"X-Ratelimit-Limit": {"A", "B"}},
-		},
-		{
-			name: "rejected", max: 1, mode: HeadersXRateLimit, status: fiber.StatusTooManyRequests, inFront: true,
-			theirs: [][2]string{{"retry-after", "1000"}, {"X-RateLimit-Remaining", "999"}},
-			want:   map[string][]string{"Retry-After": {"60"}, "X-Ratelimit-Remaining": {"0"}},
-		},
-		{
-			name: "a field of its own kept", max: 5, mode: HeadersXRateLimit, status: fiber.StatusOK,
-			theirs: [][2]string{{"x-request-id", "abc"}},
-			want:   map[string][]string{"X-Request-Id": {"abc"}, "X-Ratelimit-Remaining": {"4"}},
-		},
-	}
 	serve := func(t *testing.T, normalizing bool, max int, mode HeaderMode, theirs [][2]string, inFront bool) (int, map[string][]string) {
 		app := fiber.New(fiber.Config{DisableHeaderNormalizing: !normalizing})
 		set := func(c *fiber.Ctx) {
@@ -84,13 +42,13 @@ func TestHeadersWithoutNormalizing(t *testing.T) {
 			}
 		}
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			status, header := serve(t, false, tt.max, tt.mode, tt.theirs, tt.inFront)
-			normalStatus, normalHeader := serve(t, true, tt.max, tt.mode, tt.theirs, tt.inFront)
-			assert.Equal(t, tt.status, status)
+	for _, tt := range behaviour.HeaderNameCases {
+		t.Run(tt.Name, func(t *testing.T) {
+			status, header := serve(t, false, tt.Max, tt.Mode, tt.Theirs, tt.InFront)
+			normalStatus, normalHeader := serve(t, true, tt.Max, tt.Mode, tt.Theirs, tt.InFront)
+			assert.Equal(t, tt.Status, status)
 			assert.Equal(t, normalStatus, status)
-			for name, value := range tt.want {
+			for name, value := range tt.Want {
 				assert.Equal(t, value, header[name], name)
 				assert.Equal(t, normalHeader[name], header[name], "%s, against normalized names", name)
 			}
