@@ -203,9 +203,7 @@ func (h *handler) serve(c *fiber.Ctx) error {
 			}
 		}
 	}
-	if h.headers.SetsFields() {
-		h.foldNames(c)
-	}
+	h.foldNames(c)
 	rejected := c.Context().UserValue(rejectedBehind{}) != nil
 	if limit, remaining, reset, ok := h.headers.Plain(&res); ok && !rejected {
 		fasthttpfields.SetPlain(&c.Response().Header, h.headers, limit, remaining, reset)
@@ -266,7 +264,7 @@ func responseStatus(c *fiber.Ctx, err error) int {
 // (see fasthttpfields.Fold); with normalized names it does nothing.
 func (h *handler) foldNames(c *fiber.Ctx) {
 	if h.normalizing.Of(c.App(), namesAsGiven) {
-		fasthttpfields.Fold(&c.Response().Header)
+		fasthttpfields.Fold(&c.Response().Header, h.headers)
 	}
 }
 

@@ -221,9 +221,7 @@ func (h *handler) serve(c fiber.Ctx) error {
 			}
 		}
 	}
-	if h.headers.SetsFields() {
-		h.foldNames(c)
-	}
+	h.foldNames(c)
 	rejected := c.RequestCtx().UserValue(rejectedBehind{}) != nil
 	if limit, remaining, reset, ok := h.headers.Plain(&res); ok && !rejected {
 		fasthttpfields.SetPlain(&c.Response().Header, h.headers, limit, remaining, reset)
@@ -303,7 +301,7 @@ type rejectedBehind struct{}
 // (see fasthttpfields.Fold); with normalized names it does nothing.
 func (h *handler) foldNames(c fiber.Ctx) {
 	if h.normalizing.Of(c.App(), namesAsGiven) {
-		fasthttpfields.Fold(&c.Response().Header)
+		fasthttpfields.Fold(&c.Response().Header, h.headers)
 	}
 }
 

@@ -529,17 +529,24 @@ func (l *Limiter) TakeOnce(ctx context.Context, key, id string, cost int) (Resul
 // RefundOnce is Refund for a take that TakeOnce made for request id: it
 // also makes the request's record answer no more repeats, so that a retry
 // of a request whose cost was given back is decided, and counted, afresh
-// (else a refunded request's id would pass its retries for free). A repeat
-// (SourceRepeat) counted nothing: it is given nothing back, and the record
-// stays.
+// (else a refunded request's id would pass its retries for free). A take
+// whose record has answered repeats already (retries that came while the
+// first request was still being handled) is not given back: the repeats
+// were served on it. Nor is one whose record the store could not drop. A
+// repeat (SourceRepeat) counted nothing: it is given nothing back, and the
+// record stays.
 func (l *Limiter) RefundOnce(ctx context.Context, key, id string, cost int, taken *Result) (Result, error) {
-	if id != "" && taken.Allowed() && taken.source != SourceRepeat && cost > 0 {
+	if id != "" && taken.Allowed() && taken.source == SourceBackend && cost > 0 {
 		request := requestIDOf(key, id)
+		refundable := true
 		if l.redisOnce {
 			ls := l.base
-			l.store.forgetOnce(ctx, l.storedKey(nil, &ls, key), request.record())
+			refundable = l.store.forgetOnce(ctx, l.storedKey(nil, &ls, key), request.record())
 		} else {
-			l.once.forget(request)
+			refundable = l.once.forget(request)
+		}
+		if !refundable {
+			return *taken, nil
 		}
 	}
 	return l.Refund(ctx, key, cost, taken)

@@ -15,7 +15,8 @@ import (
 // the first take's is no repeat: it is decided, and counted, as a new
 // request. A first take that is given back (RefundOnce, for Skip*Requests)
 // answers no repeats: its retries are decided afresh, so that a refund
-// cannot be followed by free repeats.
+// cannot be followed by free repeats; and one that has answered repeats
+// already is not given back, since they were served on it.
 //
 // Only an admission decided by the backend is kept: a rejection counted
 // nothing, so its retry is decided afresh (and admitted once there is
@@ -138,14 +139,23 @@ func (c *onceCache) take(r requestID, cost int64, take func() Result) Result {
 	return v
 }
 
-// forget makes request r's record answer no more repeats: its take was
-// given back (a refund), so a retry is decided, and counted, afresh.
-func (c *onceCache) forget(r requestID) {
+// forget makes request r's record answer no more repeats, so that a retry
+// is decided, and counted, afresh once its take is given back (a refund),
+// and reports whether that take may be given back: not when the record has
+// answered repeats already, which were served on it (the record then
+// stays as it is).
+func (c *onceCache) forget(r requestID) (refundable bool) {
 	s := &c.shards[r[0]%onceShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if rec, ok := s.records[r]; ok {
-		rec.repeats = maxRepeats
-		s.records[r] = rec
+	rec, ok := s.records[r]
+	switch {
+	case !ok:
+		return true
+	case rec.repeats > 0:
+		return false
 	}
+	rec.repeats = maxRepeats
+	s.records[r] = rec
+	return true
 }

@@ -78,3 +78,56 @@ func TestTakeOnceRefundedAndLargerRetries(t *testing.T) {
 		}
 	}
 }
+
+// Retries that come while the first request is still being handled are
+// repeats served on its take: when that request then ends as one to give
+// back, its cost stays counted, so fresh ids cannot pass requests for
+// free. A refund under a context that has ended (the client left) still
+// drops the record. On every backend.
+func TestTakeOnceRepeatsBeforeTheRefund(t *testing.T) {
+	for _, b := range everyBackend(t) {
+		t.Run(b.name, func(t *testing.T) {
+			cfg := Config{Limits: []Limit{PerMinute(1)}, Now: newSettableNow().Now, Name: "once-before-" + b.name}
+			b.set(&cfg)
+			l, err := New(cfg)
+			require.NoError(t, err)
+			ctx := context.Background()
+			served := 0
+			for _, id := range []string{"a", "b", "c"} {
+				first, err := l.TakeOnce(ctx, "k", id, 1)
+				require.NoError(t, err)
+				if !first.Allowed() {
+					continue
+				}
+				served++
+				for range 8 {
+					if r, err := l.TakeOnce(ctx, "k", id, 1); err == nil && r.Allowed() {
+						served++
+					}
+				}
+				after, err := l.RefundOnce(ctx, "k", id, 1, &first)
+				require.NoError(t, err)
+				assert.Zero(t, after.Tightest().Remaining, "%s: not given back", id)
+			}
+			assert.Equal(t, 9, served, "the first take and its 8 repeats")
+
+			cancelled := Config{Limits: []Limit{PerMinute(2)}, Now: newSettableNow().Now, Name: "once-cancelled-" + b.name}
+			b.set(&cancelled)
+			l, err = New(cancelled)
+			require.NoError(t, err)
+			first, err := l.TakeOnce(ctx, "k", "req", 1)
+			require.NoError(t, err)
+			gone, cancel := context.WithCancel(ctx)
+			cancel()
+			_, err = l.RefundOnce(gone, "k", "req", 1, &first)
+			require.NoError(t, err)
+			for range 3 {
+				_, err := l.TakeOnce(ctx, "k", "req", 1)
+				require.NoError(t, err)
+			}
+			plain, err := l.Take(ctx, "k", 0)
+			require.NoError(t, err)
+			assert.Equal(t, 1, plain.Tightest().Remaining, "given back, then its retry counted once")
+		})
+	}
+}

@@ -140,9 +140,14 @@ func (b *redisBackend) checkEviction(ctx context.Context) (next int64, warning e
 	if id == "" {
 		return checkEviction(ctx, b.store.Conn())
 	}
-	if c, ok := b.store.Conn().(*goredis.Client); ok {
-		// What a look can read depends on the ACL user (INFO may be
-		// refused to one and not another): each user looks for itself.
+	// What a look can read depends on the ACL user (INFO may be refused
+	// to one and not another): each user looks for itself.
+	switch c := b.store.Conn().(type) {
+	case *goredis.Client:
+		id += " user " + c.Options().Username
+	case *goredis.ClusterClient:
+		id += " user " + c.Options().Username
+	case *goredis.Ring:
 		id += " user " + c.Options().Username
 	}
 	v, _ := evictionLooks.LoadOrStore(id, new(atomic.Int64))
@@ -197,9 +202,17 @@ func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost in
 	return verdictOf(&results, ls.n), nil
 }
 
-// forgetOnce drops the record of a take once per request for key.
-func (b *redisBackend) forgetOnce(ctx context.Context, key, record string) error {
-	return b.store.ForgetOnce(ctx, b.prefix+key, b.prefix+"once:"+record)
+// onceRecords begins the names of the records of takes once per request,
+// after the limiter's prefix. It names the records' layout: an older
+// layout's records (under "once:") are not read, so that replicas of two
+// versions during a rolling deploy never read each other's records (a
+// retry that goes to the other version is counted afresh).
+const onceRecords = "once2:"
+
+// forgetOnce drops the record of a take once per request for key, unless
+// it has answered repeats (see Store.ForgetOnce).
+func (b *redisBackend) forgetOnce(ctx context.Context, key, record string) (repeated bool, err error) {
+	return b.store.ForgetOnce(ctx, b.prefix+key, b.prefix+onceRecords+record)
 }
 
 // takeOnce takes cost for key once per request: record names the
@@ -207,7 +220,7 @@ func (b *redisBackend) forgetOnce(ctx context.Context, key, record string) error
 func (b *redisBackend) takeOnce(ctx context.Context, key, record string, ls *limits, cost int64) (Result, error) {
 	var rules [maxLimits]redis.Rule
 	var results [maxLimits]redis.Result
-	_, repeat, err := b.store.TakeOnceAll(ctx, b.prefix+key, b.prefix+"once:"+record, b.onceTTL, b.rules(ls, &rules), cost, results[:ls.n])
+	_, repeat, err := b.store.TakeOnceAll(ctx, b.prefix+key, b.prefix+onceRecords+record, b.onceTTL, b.rules(ls, &rules), cost, results[:ls.n])
 	if err != nil {
 		return Result{}, err
 	}

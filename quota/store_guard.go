@@ -168,20 +168,29 @@ func (g *guardedStore) takeOnce(ctx context.Context, key, record string, ls *lim
 }
 
 // forgetOnce drops the record of a take once per request (see
-// Limiter.RefundOnce), within the call timeout; a store that is not
-// answering keeps it, to expire on its own.
-func (g *guardedStore) forgetOnce(ctx context.Context, key, record string) {
+// Limiter.RefundOnce), within the call timeout and whatever becomes of the
+// request's context, unless the record has answered repeats. It reports
+// whether the take's cost may be given back: not when the record answered
+// repeats, nor when the store could not drop it (its retries would repeat
+// a take given back).
+func (g *guardedStore) forgetOnce(ctx context.Context, key, record string) (refundable bool) {
 	once, ok := g.store.(interface {
-		forgetOnce(ctx context.Context, key, record string) error
+		forgetOnce(ctx context.Context, key, record string) (repeated bool, err error)
 	})
-	if !ok || !g.admitCall(g.now()) {
-		return
+	if !ok {
+		return true // a store without records in it (they are in this process)
 	}
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	if err := once.forgetOnce(ctx, key, record); err != nil {
+	if !g.admitCall(g.now()) {
+		return false
+	}
+	repeated, err := within(ctx, g, key, func(ctx context.Context, key string) (bool, error) {
+		return once.forgetOnce(ctx, key, record)
+	})
+	if err != nil {
 		g.reporter.failed(g.now(), fmt.Errorf("limiter: forgetting a request's record: %w", err), g.breaker.open())
+		return false
 	}
+	return !repeated
 }
 
 // refund credits the request's cost back and returns the state it leaves;
@@ -366,9 +375,9 @@ var outOfService = [...]string{
 	"ERR max number of clients", "ERR unknown command",
 }
 
-// scriptACLRefusal is what Redis 6 and 7.0 say of a command that the ACL
-// user may not run, called by a script.
-const scriptACLRefusal = "The user executing the script can't run"
+// scriptACLRefusal begins what Redis 6 and 7.0 say of a command, or a key,
+// that the ACL user may not run or reach, in a script.
+const scriptACLRefusal = "The user executing the script can't"
 
 // refusesService tells whether a Redis error reply says that the server
 // cannot serve calls now (see outOfService). Redis 6 and earlier give an

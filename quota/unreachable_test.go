@@ -34,6 +34,7 @@ func TestUnreachable(t *testing.T) {
 		{redisReply("NOAUTH Authentication required."), true},
 		{redisReply("ERR The user executing the script can't run this command or subcommand script: 1e2f, on @user_script:87."), true},
 		{redisReply("NOPERM User svc has no permissions to run the 'time' command"), true},
+		{redisReply("ERR The user executing the script can't access at least one of the keys mentioned in the command script: 1e2f, on @user_script:87."), true},
 		{redisReply("ERR ACL failure in script: User notime has no permissions to run the 'time' command script: 1e2f, on @user_script:87."), true},
 		{redisReply("ERR Error running script (call to f_1e2f): @user_script:87: @user_script: 87: The user executing the script can't run this command or subcommand"), true},
 		{redisReply("ERR DB index is out of range"), true},

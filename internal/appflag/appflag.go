@@ -33,8 +33,12 @@ func (f *Flag[App]) Of(app *App, read func(*App) bool) bool {
 	v, ok := f.apps.Load(app)
 	if !ok {
 		v = &of[App]{app: app, flag: read(app)}
-		if f.n.Add(1) <= maxApps {
-			f.apps.Store(app, v)
+		if f.n.Load() < maxApps {
+			if stored, loaded := f.apps.LoadOrStore(app, v); loaded {
+				v = stored
+			} else {
+				f.n.Add(1)
+			}
 		}
 	}
 	now := v.(*of[App])

@@ -7,42 +7,76 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// names are the fields the limiter reads and sets, in the form fasthttp
-// normalizes names to.
-var names = [...][]byte{
-	headers.NameLimit, headers.NameRemaining, headers.NameReset,
-	headers.NamePolicy, headers.NameRateLimit, headers.NameRetryAfter,
-}
-
-// Fold gives every field of h that the limiter reads or sets the name in
-// the form the limiter uses (headers.NameLimit, ...), for an app that does
-// not normalize header names (Fiber's DisableHeaderNormalizing): there
-// fasthttp matches names byte for byte, so a handler's X-RateLimit-Remaining
-// would stand beside the limiter's X-Ratelimit-Remaining, as a second value
-// that a client may read first. Every value under another spelling moves,
-// in order, under the limiter's, after those already there, so that the
-// limiter then reads, adds to and overwrites them as it does with
-// normalized names.
-func Fold(h *fasthttp.ResponseHeader) {
-	var moved []foldedField // made rarely: only another spelling is there
+// Fold gives the fields of h that the limiter w reads or sets (Retry-After,
+// and those of w's mode) the names in the form the limiter uses
+// (headers.NameLimit, ...), for an app that does not normalize header names
+// (Fiber's DisableHeaderNormalizing): there fasthttp matches names byte for
+// byte, so a handler's X-RateLimit-Remaining would stand beside the
+// limiter's X-Ratelimit-Remaining, as a second value that a client may read
+// first. A field of one value (X-RateLimit-*, Retry-After) is left with the
+// last value set under any spelling, as setting it under normalized names
+// would leave it; the values of a list (the IETF RateLimit and
+// RateLimit-Policy) move, in order, after those under the limiter's name.
+// The limiter then reads, adds to and overwrites them as it does with
+// normalized names. Fields of the other mode are left as they are.
+func Fold(h *fasthttp.ResponseHeader, w *headers.Writer) {
+	xRateLimit, ietf := w.Sets()
+	folded := [...]struct {
+		name []byte
+		list bool
+		on   bool
+	}{
+		{headers.NameRetryAfter, false, true},
+		{headers.NameLimit, false, xRateLimit},
+		{headers.NameRemaining, false, xRateLimit},
+		{headers.NameReset, false, xRateLimit},
+		{headers.NamePolicy, true, ietf},
+		{headers.NameRateLimit, true, ietf},
+	}
+	var moved []foldedField // made rarely: only when another spelling is there
 	h.VisitAll(func(key, value []byte) {
-		for _, name := range names {
-			if len(key) == len(name) && !bytes.Equal(key, name) && bytes.EqualFold(key, name) {
-				moved = append(moved, foldedField{key: bytes.Clone(key), name: name, value: bytes.Clone(value)})
+		for i, f := range folded {
+			if f.on && len(key) == len(f.name) && !bytes.Equal(key, f.name) && bytes.EqualFold(key, f.name) {
+				moved = append(moved, foldedField{key: bytes.Clone(key), field: i, value: bytes.Clone(value)})
 				return
 			}
 		}
 	})
-	for _, f := range moved {
-		h.DelBytes(f.key) // every value under that spelling; each is in moved
+	if len(moved) == 0 {
+		return
 	}
-	for _, f := range moved {
-		h.AddBytesKV(f.name, f.value)
+	// The last value of each single field, under any spelling, its own
+	// included: looked up before any is dropped.
+	var last [len(folded)][]byte
+	h.VisitAll(func(key, value []byte) {
+		for i, f := range folded {
+			if f.on && !f.list && bytes.EqualFold(key, f.name) {
+				last[i] = bytes.Clone(value)
+			}
+		}
+	})
+	var single [len(folded)]bool // a single field with another spelling there
+	for _, m := range moved {
+		h.DelBytes(m.key) // every value under that spelling; each is in moved
+		single[m.field] = !folded[m.field].list
+	}
+	for _, m := range moved {
+		if f := folded[m.field]; f.list {
+			h.AddBytesKV(f.name, m.value)
+		}
+	}
+	for i, f := range folded {
+		if single[i] {
+			h.DelBytes(f.name)
+			h.SetCanonical(f.name, last[i])
+		}
 	}
 }
 
-// foldedField is a field Fold moves: its name as it was, as it becomes, and
-// its value.
+// foldedField is a field under another spelling that Fold moves: its name
+// as it was, the field it is (an index of Fold's table), and its value.
 type foldedField struct {
-	key, name, value []byte
+	key   []byte
+	field int
+	value []byte
 }

@@ -300,9 +300,9 @@ func (w *Writer) Text(n int64) (text []byte, ok bool) {
 	return nil, false
 }
 
-// SetsFields reports whether w sets rate-limit fields on an admitted
-// response (any mode but None).
-func (w *Writer) SetsFields() bool { return w.xRateLimit || w.ietf }
+// Sets reports which rate-limit fields w sets: the X-RateLimit ones, the
+// IETF ones (Retry-After goes with a rejection in every mode).
+func (w *Writer) Sets() (xRateLimit, ietf bool) { return w.xRateLimit, w.ietf }
 
 // WithKey reports whether the fields carry the key (HeaderPartitionKey):
 // the adapter must then keep a copy of the key for the fields written

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fiberlimit/limiter/internal/redistest"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -165,7 +166,7 @@ func TestTakeOnceOnCluster(t *testing.T) {
 }
 
 // ForgetOnce drops a record: the same record's next call is a new request,
-// counted. A record of another layout (an older version's, or another
+// counted; a record that has answered a repeat stays. A record of another layout (an older version's, or another
 // program's value) answers nothing: the call is decided as a new request,
 // without an error, and its record replaces it.
 func TestTakeOnceForgetAndForeignRecords(t *testing.T) {
@@ -184,10 +185,21 @@ func TestTakeOnceForgetAndForeignRecords(t *testing.T) {
 	repeat, remaining := take("r1", 1)
 	require.False(t, repeat)
 	require.Equal(t, int64(4), remaining)
-	require.NoError(t, store.ForgetOnce(ctx, "k", "r1"))
+	repeated, err := store.ForgetOnce(ctx, "k", "r1")
+	require.NoError(t, err)
+	require.False(t, repeated)
 	repeat, remaining = take("r1", 1)
 	assert.False(t, repeat, "forgotten: a new request")
 	assert.Equal(t, int64(3), remaining)
+
+	// A record that has answered a repeat stays.
+	repeat, _ = take("r1", 1)
+	require.True(t, repeat)
+	repeated, err = store.ForgetOnce(ctx, "k", "r1")
+	require.NoError(t, err)
+	assert.True(t, repeated)
+	repeat, _ = take("r1", 1)
+	assert.True(t, repeat, "kept")
 
 	keys, err := rdb.Keys(ctx, "r1*").Result()
 	require.NoError(t, err)
@@ -206,5 +218,29 @@ func TestTakeOnceForgetAndForeignRecords(t *testing.T) {
 		if remaining == 0 {
 			break
 		}
+	}
+}
+
+// On a Ring, ForgetOnce reaches the shard that holds the record: the one
+// the take went to, by the limited key.
+func TestForgetOnceOnRing(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	store := New(ring)
+	ctx := context.Background()
+	rules := []Rule{{Algorithm: FixedWindow, Limit: 5, Window: time.Hour}}
+	res := make([]Result, 1)
+	for i := range 20 {
+		key, record := "p:k"+strconv.Itoa(i), "p:once:r"+strconv.Itoa(i)
+		_, repeat, err := store.TakeOnceAll(ctx, key, record, time.Minute, rules, 1, res)
+		require.NoError(t, err)
+		require.False(t, repeat)
+		repeated, err := store.ForgetOnce(ctx, key, record)
+		require.NoError(t, err)
+		require.False(t, repeated)
+		_, repeat, err = store.TakeOnceAll(ctx, key, record, time.Minute, rules, 1, res)
+		require.NoError(t, err)
+		assert.False(t, repeat, "%s: forgotten", key)
 	}
 }

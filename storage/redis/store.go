@@ -48,7 +48,12 @@ var (
 	slidingLogPreludeLua string
 	//go:embed sliding_log.lua
 	slidingLogLua string
+	//go:embed forget_once.lua
+	forgetOnceLua string
 )
+
+// forgetOnceScript is the script of ForgetOnce.
+var forgetOnceScript = redis.NewScript(forgetOnceLua)
 
 // scriptSources are the scripts of the algorithms, and scripts their
 // SHA-1 digests for EVALSHA.
@@ -504,13 +509,17 @@ func (s *Store) TakeOnceAll(ctx context.Context, key, record string, ttl time.Du
 
 // ForgetOnce drops the record that TakeOnceAll keeps for key under
 // record, so that a retry of that request is decided, and counted, as a
-// new one: for a take whose cost was given back (RefundAll), whose
-// retries would otherwise repeat its admission for free.
-func (s *Store) ForgetOnce(ctx context.Context, key, record string) error {
-	if err := s.calls.Del(ctx, recordKeyOf(key, record)).Err(); err != nil {
-		return fmt.Errorf("limiter: redis forget a take once: %w", err)
+// new one: for a take whose cost is to be given back (RefundAll), whose
+// retries would otherwise repeat its admission for free. A record that has
+// already answered repeats stays, and ForgetOnce reports repeated: those
+// repeats were served on the take, so its cost must not be given back.
+// One script call, routed by key as the take is.
+func (s *Store) ForgetOnce(ctx context.Context, key, record string) (repeated bool, err error) {
+	n, err := forgetOnceScript.Run(ctx, s.calls, []string{key, recordKeyOf(key, record)}).Int()
+	if err != nil {
+		return false, fmt.Errorf("limiter: redis forget a take once: %w", err)
 	}
-	return nil
+	return n == 1, nil
 }
 
 // TakeUpToAll takes as much of cost as every rule has room for now, in
