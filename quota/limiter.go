@@ -538,7 +538,7 @@ func (l *Limiter) TakeOnce(ctx context.Context, key, id string, cost int) (Resul
 func (l *Limiter) RefundOnce(ctx context.Context, key, id string, cost int, taken *Result) (Result, error) {
 	if id != "" && taken.Allowed() && taken.source == SourceBackend && cost > 0 {
 		request := requestIDOf(key, id)
-		refundable := true
+		var refundable bool
 		if l.redisOnce {
 			ls := l.base
 			refundable = l.store.forgetOnce(ctx, l.storedKey(nil, &ls, key), request.record())
