@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/behaviour"
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/assert"
 )
@@ -17,27 +18,15 @@ func TestMiddlewareAllocatesNothing(t *testing.T) {
 		t.Skip("the race detector makes sync.Pool drop items")
 	}
 	key := func(c *fiber.Ctx) string { return c.Get("X-Key") }
-	tests := []struct {
-		name    string
-		max     int
-		headers HeaderMode
-		status  int
-	}{
-		{"admitted, table values", 100, HeadersXRateLimit, fiber.StatusOK},
-		{"admitted, formatted values", 1 << 26, HeadersXRateLimit, fiber.StatusOK},
-		{"admitted, both header sets", 1 << 26, HeadersBoth, fiber.StatusOK},
-		{"rejected", 1, HeadersXRateLimit, fiber.StatusTooManyRequests},
-		{"rejected, both header sets", 1, HeadersBoth, fiber.StatusTooManyRequests},
-	}
 	algorithms := map[string]LimiterHandler{"fixed": FixedWindow{}, "sliding": SlidingWindow{}, "token": TokenBucket{}, "log": SlidingLog{}}
-	for _, tt := range tests {
+	for _, tt := range behaviour.AllocCases {
 		for name, alg := range algorithms {
-			max := tt.max
+			max := tt.Max
 			if name == "log" {
 				max = min(max, 10_000) // the log's largest Max
 			}
 			mw := func(int) fiber.Handler {
-				return New(Config{Max: max, Expiration: time.Hour, KeyGenerator: key, LimiterMiddleware: alg, Headers: tt.headers})
+				return New(Config{Max: max, Expiration: time.Hour, KeyGenerator: key, LimiterMiddleware: alg, Headers: tt.Mode})
 			}
 			h := benchApp(benchVariant{name: name, mw: mw}, max)
 			ctx := newBenchCtx()
@@ -49,8 +38,8 @@ func TestMiddlewareAllocatesNothing(t *testing.T) {
 			}
 			serve()
 			allocs := testing.AllocsPerRun(50, serve)
-			assert.Equal(t, tt.status, ctx.Response.StatusCode(), "%s, %s", tt.name, name)
-			assert.Zero(t, allocs, "%s, %s", tt.name, name)
+			assert.Equal(t, tt.Status, ctx.Response.StatusCode(), "%s, %s", tt.Name, name)
+			assert.Zero(t, allocs, "%s, %s", tt.Name, name)
 		}
 	}
 }

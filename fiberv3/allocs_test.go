@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/behaviour"
 	"github.com/gofiber/fiber/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/valyala/fasthttp"
@@ -42,28 +43,16 @@ func TestMiddlewareAllocatesNothing(t *testing.T) {
 	base, status := allocs(app(nil))
 	assert.Equal(t, fiber.StatusOK, status)
 
-	tests := []struct {
-		name    string
-		max     int
-		headers HeaderMode
-		status  int
-	}{
-		{"admitted, table values", 100, HeadersXRateLimit, fiber.StatusOK},
-		{"admitted, formatted values", 1 << 26, HeadersXRateLimit, fiber.StatusOK},
-		{"admitted, both header sets", 1 << 26, HeadersBoth, fiber.StatusOK},
-		{"rejected", 1, HeadersXRateLimit, fiber.StatusTooManyRequests},
-		{"rejected, both header sets", 1, HeadersBoth, fiber.StatusTooManyRequests},
-	}
 	algorithms := map[string]Handler{"fixed": FixedWindow{}, "sliding": SlidingWindow{}, "token": TokenBucket{}, "log": SlidingLog{}}
-	for _, tt := range tests {
+	for _, tt := range behaviour.AllocCases {
 		for name, alg := range algorithms {
-			max := tt.max
+			max := tt.Max
 			if name == "log" {
 				max = min(max, 10_000) // the log's largest Max
 			}
-			got, status := allocs(app(New(Config{Max: max, Expiration: time.Hour, KeyGenerator: key, LimiterMiddleware: alg, Headers: tt.headers})))
-			assert.Equal(t, tt.status, status, "%s, %s", tt.name, name)
-			assert.Equal(t, base, got, "%s, %s: allocations per request, against %v without the limiter", tt.name, name, base)
+			got, status := allocs(app(New(Config{Max: max, Expiration: time.Hour, KeyGenerator: key, LimiterMiddleware: alg, Headers: tt.Mode})))
+			assert.Equal(t, tt.Status, status, "%s, %s", tt.Name, name)
+			assert.Equal(t, base, got, "%s, %s: allocations per request, against %v without the limiter", tt.Name, name, base)
 		}
 	}
 }
