@@ -70,6 +70,9 @@ func (fiberV2) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) 
 			return fiber.NewError(fiber.StatusServiceUnavailable, "down")
 		case behaviour.Boom:
 			return errors.New("boom")
+		case behaviour.Hold:
+			bc.Gate.Wait()
+			return errors.New("boom")
 		}
 		return c.SendString("ok")
 	})

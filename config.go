@@ -24,7 +24,8 @@ type Config struct {
 	// Max is the number of requests (units of Cost) a key may make per
 	// Expiration. For TokenBucket it is the refill rate: Max tokens per
 	// Expiration. Must be 0 (the default) to 2^32-1, and for SlidingLog at
-	// most 10,000; any value works with any Expiration (see Expiration).
+	// most 10,000 (of all Limits together); any value works with any
+	// Expiration (see Expiration).
 	// For several limits at once, see Limits.
 	//
 	// Default: 5
@@ -164,7 +165,10 @@ type Config struct {
 	// admit exactly the limit together. Two limiters of one process on the
 	// same Storage with the same algorithm and windows and no Name would
 	// read each other's state: New panics for the second, asking for a
-	// Name (say, the route). The same Storage is, for Redis, the same
+	// Name (say, the route); when limiters of one identity are made many
+	// times a second (one per request), a clash found within a second of
+	// the last check is reported through OnStorageError or the log
+	// instead, at the next garbage collection. The same Storage is, for Redis, the same
 	// server address and database through any client, as any ACL user
 	// (the same seed addresses for a Cluster or Ring; the same client for
 	// a Sentinel failover client), and for another fiber.Storage the same
@@ -188,7 +192,8 @@ type Config struct {
 	// least remaining, then the longest wait), the IETF fields list every
 	// limit as a policy of its own, and Retry-After is when every limit
 	// admits the request again. Give at most 4 limits, each with its own
-	// Expiration; Max, Expiration, MaxFunc and Burst must then be left
+	// Expiration (under SlidingLog, their Max add up to at most 10,000);
+	// Max, Expiration, MaxFunc and Burst must then be left
 	// unset (Max 5 and Expiration 1 minute, ConfigDefault's, count as
 	// unset), or New panics.
 	//
@@ -325,13 +330,17 @@ type Config struct {
 	// error, or no answer within StorageTimeout) or while the breaker keeps
 	// requests off a failing Storage: FailFallback decides it with a
 	// per-replica in-memory limiter of the same rule, FailOpen admits it,
-	// FailClosed rejects it with 503. Unused without Storage.
+	// FailClosed rejects it with 503. Under FailFallback a Redis call that
+	// timed out is rejected (429, Retry-After 1 s) rather than decided by
+	// the fallback, unless Redis refuses service or the breaker is open:
+	// Redis may still count it. Unused without Storage.
 	//
 	// Default: FailFallback
 	FailurePolicy FailurePolicy
 
 	// StorageTimeout bounds each call to Storage. A call that takes longer
-	// counts as a failure, and the request goes to FailurePolicy at once.
+	// counts as a failure (towards BreakerFailures unless Storage answered
+	// other calls meanwhile), and the request goes to FailurePolicy at once.
 	// Over Redis the call returns by this deadline: a plain or failover
 	// go-redis Client made without ContextTimeoutEnabled is used through a
 	// copy with it set, sharing its connections (see storage/redis.New);

@@ -80,7 +80,7 @@ type Config struct {
 
 	// Max is the number of requests (units of Cost) a key may make per
 	// Expiration; for TokenBucket, the refill rate. 0 to 2^32-1, and for
-	// SlidingLog at most 10,000 (and no MaxFunc).
+	// SlidingLog at most 10,000, of all Limits together (and no MaxFunc).
 	//
 	// Optional. Default: 5
 	Max int
@@ -242,7 +242,8 @@ type Config struct {
 	MaxKeys int
 
 	// FailurePolicy says what happens to a request when Storage fails or
-	// its breaker is open.
+	// its breaker is open. Under FailFallback a Redis call that timed out
+	// is rejected (429) until the breaker opens: Redis may still count it.
 	//
 	// Optional. Default: FailFallback
 	FailurePolicy FailurePolicy
@@ -289,7 +290,7 @@ type Config struct {
 // Limit is one of several limits (Config.Limits).
 type Limit struct {
 	// Max is the number of units per Expiration: 1 to 2^32-1, and for
-	// SlidingLog at most 10,000.
+	// SlidingLog at most 10,000 with the other limits' Max.
 	Max int
 	// Expiration is the window's length, at least 1 ms.
 	Expiration time.Duration

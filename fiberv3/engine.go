@@ -56,7 +56,8 @@ const (
 	// SourceDenyCache: an earlier rejection by Storage, remembered on
 	// this replica until its RetryAfter.
 	SourceDenyCache = quota.SourceDenyCache
-	// SourceFallback: FailFallback's in-memory limiter, Storage failing.
+	// SourceFallback: FailFallback's in-memory limiter, Storage failing,
+	// or its rejection of a take whose Redis call timed out.
 	SourceFallback = quota.SourceFallback
 	// SourceFailOpen: FailOpen admitted the request, Storage failing.
 	SourceFailOpen = quota.SourceFailOpen

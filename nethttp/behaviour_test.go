@@ -68,6 +68,9 @@ func (stdlib) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) f
 			http.Error(w, "down", http.StatusServiceUnavailable)
 		case behaviour.Boom:
 			http.Error(w, "boom", http.StatusInternalServerError)
+		case behaviour.Hold:
+			bc.Gate.Wait()
+			http.Error(w, "boom", http.StatusInternalServerError)
 		default:
 			_, _ = w.Write([]byte("ok"))
 		}

@@ -27,7 +27,8 @@ type Config struct {
 
 	// Max is the number of requests (units of Cost) a key may make per
 	// Expiration; for TokenBucket, the refill rate. 0 to 2^32-1, and for
-	// quota.SlidingLog at most 10,000 (and no MaxFunc).
+	// quota.SlidingLog at most 10,000, of all Limits together (and no
+	// MaxFunc).
 	//
 	// Optional. Default: 5
 	Max int
@@ -217,7 +218,9 @@ type Config struct {
 	MaxKeys int
 
 	// FailurePolicy says what happens to a request when Redis or Storage
-	// fails: quota.FailFallback, quota.FailOpen or quota.FailClosed.
+	// fails: quota.FailFallback, quota.FailOpen or quota.FailClosed. Under
+	// FailFallback a Redis call that timed out is rejected (429) until the
+	// breaker opens: Redis may still count it.
 	//
 	// Optional. Default: quota.FailFallback
 	FailurePolicy quota.FailurePolicy

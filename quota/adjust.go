@@ -6,7 +6,9 @@ package quota
 // off for longer than the rule itself would hold it), and a reward gives
 // units back from what the key has spent now, whichever window they were
 // counted in. A refund, by contrast, gives back the cost of one admitted
-// request, in the window that counted it.
+// request, in the window that counted it. None gives back more than its
+// own units: a count above the rule's quota (spent under a larger MaxFunc)
+// is kept, less the units, and a penalty never lowers it.
 type adjustment uint8
 
 const (
@@ -61,7 +63,7 @@ func (fixedWindow) penalize(s state, now int64, r rule, cost int64) state {
 	if count == 0 || now >= start+r.window {
 		start, count = now, 0
 	}
-	return state{a: start, b: min(r.limit, count+min(cost, r.limit))}
+	return state{a: start, b: max(count, min(r.limit, count+min(cost, r.limit)))}
 }
 
 func (fixedWindow) reward(s state, now int64, r rule, cost int64) state {
@@ -73,14 +75,13 @@ func (fixedWindow) reward(s state, now int64, r rule, cost int64) state {
 
 func (w slidingWindow) penalize(s state, now int64, r rule, cost int64) state {
 	start, cur, prev := w.roll(s, now, r)
-	return state{a: start, b: min(r.limit, cur+min(cost, r.limit)), c: uint32(prev)}
+	return state{a: start, b: max(cur, min(r.limit, cur+min(cost, r.limit))), c: uint32(prev)}
 }
 
 // reward takes the units back from the running window first, then from
 // the one before it.
 func (w slidingWindow) reward(s state, now int64, r rule, cost int64) state {
 	start, cur, prev := w.roll(s, now, r)
-	cost = min(cost, 2*r.limit) // all of both windows
 	fromCur := min(cur, cost)
 	cur, prev = cur-fromCur, max(0, prev-(cost-fromCur))
 	if cur == 0 && prev == 0 && now >= start {
@@ -91,9 +92,11 @@ func (w slidingWindow) reward(s state, now int64, r rule, cost int64) state {
 
 func (b tokenBucket) penalize(s state, now int64, r rule, cost int64) state {
 	debt := b.debtAt(s, now, r)
-	return state{a: max(now, s.a), b: min(r.burst*r.window, debt+min(cost, r.burst)*r.window)}
+	return state{a: max(now, s.a), b: max(debt, min(r.burst*r.window, debt+min(cost, r.burst)*r.window))}
 }
 
+// reward takes its credit off the debt as it was last updated, as refund
+// does.
 func (b tokenBucket) reward(s state, now int64, r rule, cost int64) state {
-	return state{a: max(now, s.a), b: max(0, b.debtAt(s, now, r)-min(cost, r.burst)*r.window)}
+	return state{a: s.a, b: max(0, s.b-min(cost, r.burst)*r.window)}
 }

@@ -24,18 +24,32 @@ const maxBlock = 365 * 24 * time.Hour
 // clock that went back) holds the key no longer than they would. It
 // reports whether the state changed. The Lua twins do the same.
 func (a Algorithm) decideKeyInto(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64) (changed bool) {
+	// A rejected take keeps its limits' states as they were read, and not
+	// as its decision read them (plausible): a block it starts is written
+	// with them, and must not write a count of a larger MaxFunc down to
+	// this take's limit. The Lua twins write them as they read them.
+	read := *sts
+	defer func() {
+		if !v.Allowed() {
+			copy(sts[:ls.n], read[:ls.n])
+		}
+	}()
 	k := &sts[ls.n]
-	if k.a > now+ls.block {
+	// The end of a rule this limiter does not have was set by another
+	// version of it (a rolling deploy): not enforced (nor kept: see
+	// limits.stored).
+	blocking, spacing := ls.block > 0, ls.gap > 0
+	if blocking && k.a > now+ls.block {
 		k.a, changed = now+ls.block, true
 	}
-	if k.b > now+ls.gap {
+	if spacing && k.b > now+ls.gap {
 		k.b, changed = now+ls.gap, true
 	}
-	if k.a > now {
+	if blocking && k.a > now {
 		a.rejectAtCostZero(v, sts, lg, now, ls, k.a-now)
 		return changed
 	}
-	if cost > 0 && k.b > now {
+	if spacing && cost > 0 && k.b > now {
 		a.rejectAtCostZero(v, sts, lg, now, ls, k.b-now)
 	} else {
 		if ls.upTo {

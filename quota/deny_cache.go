@@ -2,6 +2,7 @@ package quota
 
 import (
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 )
@@ -87,6 +88,22 @@ func (c *denyCache) hash(key string) (*denySet, []denyPart, uint64, uint64) {
 // for add.
 func (c *denyCache) check(key string, now int64, ls *limits, cost int64) (Result, bool, uint64) {
 	set, more, h1, h2 := c.hash(key)
+	return c.lookup(set, more, h1, h2, now, ls, cost)
+}
+
+// checkOnce is check for request r of key, a take once per request
+// (Limiter.TakeOnce on Redis): it answers only with a rejection the store
+// gave that request (addOnce), never with one of key's plain takes, since
+// r may have a record that answers its repeat though key is spent. Its
+// entries are in key's set, under key's first hash (forget drops them
+// with key's own) and a second hash of r.
+func (c *denyCache) checkOnce(key string, r *requestID, now int64, ls *limits, cost int64) (Result, bool, uint64) {
+	set, more, h1, _ := c.hash(key)
+	return c.lookup(set, more, h1, maphash.Bytes(c.seed2, r[:]), now, ls, cost)
+}
+
+// lookup is check in set for the entry of hashes h1 and h2.
+func (c *denyCache) lookup(set *denySet, more []denyPart, h1, h2 uint64, now int64, ls *limits, cost int64) (Result, bool, uint64) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	for i := range set.entries {
@@ -133,12 +150,26 @@ func (p *denyPart) decision(now int64, r rule, cost int64) Decision {
 // returned gen: the rejection may predate the credit. A rejection without
 // a finite, positive RetryAfter is not kept.
 func (c *denyCache) add(key string, now int64, ls *limits, cost int64, v *Result, gen uint64) {
+	set, more, h1, h2 := c.hash(key)
+	c.put(set, more, h1, h2, math.MaxInt64, now, ls, cost, v, gen)
+}
+
+// addOnce is add for request r of key, a take once per request that the
+// store rejected (see checkOnce), for at most most ms.
+func (c *denyCache) addOnce(key string, r *requestID, most, now int64, ls *limits, cost int64, v *Result, gen uint64) {
+	set, more, h1, _ := c.hash(key)
+	c.put(set, more, h1, maphash.Bytes(c.seed2, r[:]), most, now, ls, cost, v, gen)
+}
+
+// put is add into set, as the entry of hashes h1 and h2, kept for at most
+// most ms.
+func (c *denyCache) put(set *denySet, more []denyPart, h1, h2 uint64, most, now int64, ls *limits, cost int64, v *Result, gen uint64) {
 	retry := v.RetryAfter()
 	if v.Allowed() || retry <= 0 || retry == Never || cost <= 0 || ls.r[0].limit > maxLimit || ls.r[0].burst > maxLimit {
 		return
 	}
 	e := denyEntry{
-		until: now + ceilDiv(int64(retry), int64(time.Millisecond)),
+		until: now + min(ceilDiv(int64(retry), int64(time.Millisecond)), most),
 		limit: uint32(ls.r[0].limit),
 		burst: uint32(ls.r[0].burst),
 		cost:  uint32(min(cost, maxLimit)),
@@ -147,7 +178,6 @@ func (c *denyCache) add(key string, now int64, ls *limits, cost int64, v *Result
 	if e.until == 0 {
 		e.until = 1 // 0 marks an empty entry
 	}
-	set, more, h1, h2 := c.hash(key)
 	e.h1, e.h2 = h1, h2
 	set.mu.Lock()
 	if set.gen != gen {
@@ -181,13 +211,15 @@ func newDenyPart(now int64, d *Decision) denyPart {
 	}
 }
 
-// forget drops key, whose count a refund has just lowered.
+// forget drops key, whose count a refund has just lowered, with the
+// rejections of its requests taken once (addOnce): every entry of key's
+// first hash.
 func (c *denyCache) forget(key string) {
-	set, _, h1, h2 := c.hash(key)
+	set, _, h1, _ := c.hash(key)
 	set.mu.Lock()
 	set.gen++
 	for i := range set.entries {
-		if e := &set.entries[i]; e.h1 == h1 && e.h2 == h2 {
+		if e := &set.entries[i]; e.h1 == h1 {
 			*e = denyEntry{}
 		}
 	}

@@ -15,7 +15,11 @@ const (
 	// FailFallback decides the take with an in-memory limiter of this
 	// process, with the same limits and key. It keeps limiting while the
 	// store is down, each process on its own: N processes admit up to N
-	// times the limit between them. The default.
+	// times the limit between them. A Redis call that timed out while the
+	// breaker was closed, Redis having answered before and not refused
+	// service since, is rejected instead, for 1 s with Remaining 0 (Source
+	// SourceFallback): Redis, slow rather than down, may still count it.
+	// The default.
 	FailFallback FailurePolicy = iota
 	// FailOpen admits the take, uncounted: a Result with Source
 	// SourceFailOpen, each limit's Limit, and Remaining 0. The middlewares

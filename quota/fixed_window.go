@@ -16,7 +16,9 @@ func (fixedWindow) take(s *state, now int64, r rule, cost int64) Decision {
 	switch {
 	case cost > r.limit:
 		d.RetryAfter = Never
-	case count+cost <= r.limit:
+	// A take of 0 fits whatever the count: a refund's answer, of a
+	// count kept above this rule's limit (see refundAll).
+	case cost == 0 || count+cost <= r.limit:
 		count += cost
 		s.a, s.b = start, count
 		d.Allowed = true

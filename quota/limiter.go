@@ -298,6 +298,9 @@ func newLimiter(cfg Config) (*Limiter, error) {
 			return nil, err
 		}
 	}
+	if l.store != nil {
+		l.store.ownedBy(l) // its probes end when l is gone
+	}
 	l.redisOnce = l.backend == "redis"
 	if !l.redisOnce {
 		clock := cfg.clock
@@ -430,6 +433,9 @@ func checkLimits(ls []Limit, alg Algorithm) error {
 			}
 		}
 	}
+	if alg == SlidingLog {
+		return checkLogEntries(ls)
+	}
 	return nil
 }
 
@@ -521,7 +527,7 @@ func (l *Limiter) TakeOnce(ctx context.Context, key, id string, cost int) (Resul
 		return res, err
 	}
 	ls := l.base
-	res := l.store.takeOnce(ctx, l.storedKey(nil, &ls, key), request.record(), &ls, int64(cost))
+	res := l.takeOnceStored(ctx, l.storedKey(nil, &ls, key), &request, &ls, int64(cost))
 	l.finish(&res, &ls)
 	return res, nil
 }

@@ -49,6 +49,31 @@ func (ls *limits) states() int {
 	return ls.n
 }
 
+// stored is how many states a Storage keeps of a key of ls after a
+// decision at now: one more than its limits' with rules of the key's own,
+// and also without them while a block or a gap that another version of
+// the limiter set still runs (a rolling deploy that turns BlockFor or
+// MinInterval off), which this one keeps for the replicas that enforce
+// it, unless it ends later than any rule could have set (maxBlock). Every
+// version reads both (decodeStates). The Lua twins keep them alike.
+func (ls *limits) stored(sts *[maxStates]state, now int64) int {
+	if ls.keyRules() {
+		// Only the ends of its own rules, as the Lua twins write them.
+		if ls.block == 0 {
+			sts[ls.n].a = 0
+		}
+		if ls.gap == 0 {
+			sts[ls.n].b = 0
+		}
+		return ls.n + 1
+	}
+	if k := sts[ls.n]; max(k.a, k.b) > now && max(k.a, k.b) <= now+maxBlock.Milliseconds() {
+		return ls.n + 1
+	}
+	sts[ls.n] = state{} // and so not in expiryAll
+	return ls.n
+}
+
 // one returns the limits of a single rule.
 func one(r rule) limits {
 	ls := limits{n: 1}
@@ -137,6 +162,13 @@ func (a Algorithm) decide(sts *[maxStates]state, lg *logs, now int64, ls *limits
 // (logs.record).
 func (a Algorithm) decideInto(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64) {
 	a.plausible(sts, now, ls)
+	a.decideRead(v, sts, lg, now, ls, cost)
+}
+
+// decideRead is decideInto on states already read as plausible: a take's
+// (plausible), or a refund's, whose counts may lie above the limit
+// (onTime), where a take of cost 0 still fits.
+func (a Algorithm) decideRead(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64) {
 	v.n = ls.n
 	if ls.n == 1 {
 		if a == SlidingLog {
@@ -210,12 +242,14 @@ func (a Algorithm) plausible(sts *[maxStates]state, now int64, ls *limits) {
 	for i := range ls.n {
 		s, r := &sts[i], &ls.r[i]
 		// The window first: a state within it needs no division.
-		if s.a > r.at(now)+r.window && s.a > r.at(now)+r.ahead() {
-			*s = state{}
+		if !onTime(s, now, r) {
 			continue
 		}
-		if a == SlidingLog {
-			continue // a log's backend keeps at most its limit's entries
+		if a == SlidingLog || a == SlidingWindow {
+			// A log's backend keeps at most its limit's entries; a sliding
+			// window reads its counts as at most the limit when it decides,
+			// and keeps them as they are (counts of a larger MaxFunc).
+			continue
 		}
 		quota := r.limit
 		if a == TokenBucket {
@@ -230,6 +264,18 @@ func (a Algorithm) plausible(sts *[maxStates]state, now int64, ls *limits) {
 	}
 }
 
+// onTime makes a state whose time (a, in every algorithm) lies more than
+// r.ahead past now read as no state, as plausible does, and a count below
+// zero as nothing; it reports whether s is still the state it read.
+func onTime(s *state, now int64, r *rule) bool {
+	if s.a > r.at(now)+r.window && s.a > r.at(now)+r.ahead() {
+		*s = state{}
+		return false
+	}
+	s.b = max(0, s.b)
+	return true
+}
+
 // refundAll credits cost back to the states of every limit, each in the
 // window its part of v says the cost was counted in, and returns the
 // verdict of a take of cost 0 after it: the state the refund leaves, for
@@ -237,8 +283,20 @@ func (a Algorithm) plausible(sts *[maxStates]state, now int64, ls *limits) {
 //
 // With v.adjust set (Penalize, Reward), it applies that adjustment
 // instead, to every limit.
+//
+// An adjustment changes a key's counts by its own units and no more,
+// whatever the limit in force: it reads the states on time (onTime), but
+// not plausible's count clamp. A count above this rule's quota was spent
+// under a larger one (a MaxFunc of another request, or a Max lowered by a
+// deploy); cutting it down to this rule's quota would give back what the
+// refunded request never took. A take reads it as the whole quota spent.
+// For the same reason the backends keep the key at least as long as they
+// kept it before an adjustment: its end was set under the rule of its
+// last take, which this rule may not see.
 func (a Algorithm) refundAll(sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64, v *Result) Result {
-	a.plausible(sts, now, ls)
+	for i := range ls.n {
+		onTime(&sts[i], now, &ls.r[i])
+	}
 	for i := range ls.n {
 		if a == SlidingLog {
 			sts[i] = slidingLog{}.adjust(v.adjust, sts[i], lg.ringOf(i), ls.r[i].at(now), ls.r[i], cost, v.each[i])
@@ -246,13 +304,30 @@ func (a Algorithm) refundAll(sts *[maxStates]state, lg *logs, now int64, ls *lim
 		}
 		sts[i] = a.adjust(v.adjust, sts[i], ls.r[i].at(now), ls.r[i], cost, v.each[i])
 	}
-	after := a.decide(sts, lg, now, ls, 0)
+	view := *sts // the take of 0 reads; what is kept is what the adjustments left
+	var after Result
+	a.decideRead(&after, &view, lg, now, ls, 0)
 	for i := range ls.n {
-		if a.expiry(sts[i], ls.r[i]) <= ls.r[i].at(now) {
-			sts[i] = state{} // what it holds has ended: kept as nothing, as the Lua twins keep it
+		// What a state holds has ended: kept as nothing, as the Lua twins
+		// keep it. Not a bucket's debt that a refund or reward left: it
+		// has refilled at this rule's rate, not always at the rate in force.
+		if a.expiry(sts[i], ls.r[i]) <= ls.r[i].at(now) && (a != TokenBucket || v.adjust == penalty) {
+			sts[i] = state{}
 		}
 	}
 	return after
+}
+
+// keep is when the states of every limit, after an adjustment, stop being
+// kept: at exp (expiryAll), or at kept, when the key was kept until then,
+// if any state still holds a count. The Lua twins do the same.
+func (a Algorithm) keep(sts *[maxStates]state, ls *limits, exp, kept int64) int64 {
+	for i := range ls.n {
+		if sts[i].b > 0 || a == SlidingWindow && sts[i].c > 0 {
+			return max(exp, kept)
+		}
+	}
+	return exp
 }
 
 // expiryAll is the time (ms) from which the states of every limit hold
@@ -262,9 +337,9 @@ func (a Algorithm) expiryAll(sts *[maxStates]state, ls *limits) int64 {
 	for i := range ls.n {
 		exp = max(exp, a.expiry(sts[i], ls.r[i])*ls.r[i].stepMillis())
 	}
-	if ls.keyRules() {
-		exp = max(exp, sts[ls.n].a, sts[ls.n].b) // the ends of the block and the gap
-	}
+	// The ends of the block and the gap, this limiter's or kept for another
+	// version's (limits.stored); 0 without either.
+	exp = max(exp, sts[ls.n].a, sts[ls.n].b)
 	return exp
 }
 

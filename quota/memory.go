@@ -240,8 +240,10 @@ func (m *manager) refund(_ context.Context, key string, ls *limits, cost int64, 
 	s.mu.Lock()
 	var sts [maxStates]state
 	i := s.find(k, klen, uint32(h))
+	kept := int64(0) // when the key's entry ends: an adjustment keeps it at least that long
 	if i >= 0 && s.entries[i].exp > now {
 		s.load(i, &sts)
+		kept = s.entries[i].exp
 	}
 	var lg *logs
 	if s.logStride > 0 {
@@ -254,7 +256,7 @@ func (m *manager) refund(_ context.Context, key string, ls *limits, cost int64, 
 		}
 	}
 	after := m.alg.refundAll(&sts, lg, now, ls, cost, v)
-	exp := m.alg.expiryAll(&sts, ls)
+	exp := m.alg.keep(&sts, ls, m.alg.expiryAll(&sts, ls), kept)
 	if i < 0 && v.adjust == penalty && exp > now {
 		i = s.insert(k, klen, uint32(h), now) // a penalty on a key that has none
 	}

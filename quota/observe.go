@@ -63,7 +63,8 @@ const (
 	// SourceDenyCache: an earlier rejection by Storage, remembered on
 	// this replica until its RetryAfter.
 	SourceDenyCache
-	// SourceFallback: FailFallback's in-memory limiter, Storage failing.
+	// SourceFallback: FailFallback's in-memory limiter, Storage failing,
+	// or its rejection of a take whose Redis call timed out.
 	SourceFallback
 	// SourceFailOpen: FailOpen admitted the request uncounted, Storage
 	// failing.

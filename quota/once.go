@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -33,6 +34,19 @@ import (
 // Config.IdempotencyKeys, each for Config.IdempotencyTTL: a request's
 // takes wait for each other on its shard's lock, so two at once count
 // once too.
+//
+// On Redis the deny cache answers a request with a rejection the store
+// gave that very request (key and id), never with one of its key's plain
+// takes: a record may answer a request whose key is spent. A rejection
+// says that no record answered the request and that there was no room for
+// it; since a record comes only from an admission, the store answers the
+// request alike until the key has room again, which its RetryAfter tells,
+// unless a refund gives room back sooner. This replica's refunds drop the
+// key's entries, as for plain takes; another replica's is not seen here,
+// and there the request may then be admitted, while here its repeat would
+// still be rejected: so such an entry lasts onceDenyMost at most. A client
+// that retries a rejected request costs a script call a second a replica;
+// one that sends random ids costs what random keys cost.
 
 // DefaultIdempotencyTTL is how long a request's first Result is kept by
 // default: an hour, which a client's retries of a request fall within. On
@@ -51,6 +65,11 @@ const maxIdempotencyKeys = 1 << 24
 // maxRepeats is the most repeats a request's record answers; the Lua
 // scripts hold the same bound.
 const maxRepeats = 8
+
+// onceDenyMost is how long (ms) the deny cache answers a request taken
+// once with the store's rejection of it, at most: the second within which
+// the operators reach every replica's deny cache.
+const onceDenyMost = 1000
 
 // onceShards is how many locks the records are spread over.
 const onceShards = 64
@@ -158,4 +177,24 @@ func (c *onceCache) forget(r requestID) (refundable bool) {
 	rec.repeats = maxRepeats
 	s.records[r] = rec
 	return true
+}
+
+// takeOnceStored is TakeOnce on Redis, for key as stored and request r:
+// the store's take once per request, behind the deny cache for the
+// store's rejections of r (see the comment at the top).
+func (l *Limiter) takeOnceStored(ctx context.Context, key string, r *requestID, ls *limits, cost int64) Result {
+	g := l.store
+	if g.deny == nil {
+		return g.takeOnce(ctx, key, r.record(), ls, cost)
+	}
+	now := g.now()
+	v, ok, gen := g.deny.checkOnce(key, r, now, ls, cost)
+	if ok {
+		return v
+	}
+	v = g.takeOnce(ctx, key, r.record(), ls, cost)
+	if v.source == SourceBackend && !v.Allowed() {
+		g.deny.addOnce(key, r, onceDenyMost, now, ls, cost, &v, gen)
+	}
+	return v
 }

@@ -30,6 +30,7 @@ type redisBackend struct {
 	prefix   string // the limiter's identity, see keyPrefix
 	probeKey string // see probeKeyOf
 	onceTTL  time.Duration
+	records  string // where the records of takes once per request live, see recordsOf
 }
 
 // probeKeyOf is the key a limiter's breaker probes with: KeyPrefix + Name
@@ -53,7 +54,8 @@ func newRedisBackend(client goredis.UniversalClient, store *redis.Store, alg Alg
 		store = redis.New(client, opts...)
 	}
 	algs := [...]redis.Algorithm{FixedWindow: redis.FixedWindow, SlidingWindow: redis.SlidingWindow, TokenBucket: redis.TokenBucket, SlidingLog: redis.SlidingLog}
-	return &redisBackend{store: store, alg: algs[alg], prefix: prefix, probeKey: probeKeyOf(cfg), onceTTL: cfg.IdempotencyTTL}
+	return &redisBackend{store: store, alg: algs[alg], prefix: prefix, probeKey: probeKeyOf(cfg), onceTTL: cfg.IdempotencyTTL,
+		records: recordsOf(prefix)}
 }
 
 // honorsContext reports whether a redis.Store over client returns by a
@@ -202,25 +204,42 @@ func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost in
 	return verdictOf(&results, ls.n), nil
 }
 
-// onceRecords begins the names of the records of takes once per request,
-// after the limiter's prefix. It names the records' layout: an older
-// layout's records (under "once:") are not read, so that replicas of two
-// versions during a rolling deploy never read each other's records (a
-// retry that goes to the other version is counted afresh).
-const onceRecords = "once2:"
+// onceRecords names the layout of the records of takes once per request
+// (and the script's tag on their values, once_tag in head.lua): an older
+// layout's records (under the limiter's prefix + "once:" or "once2:") are
+// not read, so that replicas of two versions during a rolling deploy never
+// read each other's records (a retry that goes to the other version is
+// counted afresh).
+const onceRecords = "once3:"
+
+// recordsOf begins the names of the records of takes once per request of
+// a limiter whose keys begin with prefix: prefix with its final ':' made a
+// '!', then onceRecords. Not prefix itself: a key in Redis is the prefix
+// and the client's key as it is, so a client that chooses its key could
+// name a record and plant its own state there, as a forged record. No key
+// of this limiter has a '!' where its prefix ends with ':'; nor of another
+// limiter after the same KeyPrefix, whose prefix would have to begin a
+// records name: Name, the algorithm tag and the windows hold no ':' (New
+// refuses a Name with one; see keyPrefix), so that prefix would be this
+// one up to the windows, followed by windows holding a '!', and windows
+// are digits, "h", "m", "s", "ms", '+', '~' and '@' (keyPrefix,
+// timestep.AppendWindow), never a '!'.
+func recordsOf(prefix string) string {
+	return prefix[:len(prefix)-1] + "!" + onceRecords
+}
 
 // forgetOnce drops the record of a take once per request for key, unless
 // it has answered repeats (see Store.ForgetOnce).
 func (b *redisBackend) forgetOnce(ctx context.Context, key, record string) (repeated bool, err error) {
-	return b.store.ForgetOnce(ctx, b.prefix+key, b.prefix+onceRecords+record)
+	return b.store.ForgetOnce(ctx, b.prefix+key, b.records+record)
 }
 
 // takeOnce takes cost for key once per request: record names the
-// request's record, kept beside the key's state under the limiter's prefix.
+// request's record, kept beside the key's state, under recordsOf.
 func (b *redisBackend) takeOnce(ctx context.Context, key, record string, ls *limits, cost int64) (Result, error) {
 	var rules [maxLimits]redis.Rule
 	var results [maxLimits]redis.Result
-	_, repeat, err := b.store.TakeOnceAll(ctx, b.prefix+key, b.prefix+onceRecords+record, b.onceTTL, b.rules(ls, &rules), cost, results[:ls.n])
+	_, repeat, err := b.store.TakeOnceAll(ctx, b.prefix+key, b.records+record, b.onceTTL, b.rules(ls, &rules), cost, results[:ls.n])
 	if err != nil {
 		return Result{}, err
 	}

@@ -32,7 +32,12 @@ func (slidingWindow) roll(s state, now int64, r rule) (start, cur, prev int64) {
 }
 
 func (w slidingWindow) take(s *state, now int64, r rule, cost int64) Decision {
-	start, cur, prev := w.roll(*s, now, r)
+	start, kept, keptPrev := w.roll(*s, now, r)
+	// A count above the limit (spent under a larger MaxFunc, or another
+	// program's) reads as the whole quota spent, and is kept as it is: a
+	// take under a smaller limit must not give back what a larger one
+	// counted. The Lua twin reads it alike.
+	cur, prev := min(kept, r.limit), min(keptPrev, r.limit)
 	now = max(now, start)
 	elapsed := now - start
 	weighted := prev * (r.window - elapsed) // previous window's share, times W
@@ -45,7 +50,7 @@ func (w slidingWindow) take(s *state, now int64, r rule, cost int64) Decision {
 	// which may sit above the limit there: a cost of 0 still fits.
 	case cost == 0 || weighted+(cur+cost)*r.window <= r.limit*r.window:
 		cur += cost
-		s.a, s.b, s.c = start, cur, uint32(prev)
+		s.a, s.b, s.c = start, kept+cost, uint32(keptPrev)
 		d.Allowed = true
 		d.countedIn = start
 	default:

@@ -44,7 +44,7 @@ func newStorageBackend(store Storage, alg Algorithm, prefix string, clock func()
 
 func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost int64) (Result, error) {
 	var v Result
-	err := b.modify(ctx, key, ls, func(sts *[maxStates]state, lg *logs, now int64) bool {
+	err := b.modify(ctx, key, ls, false, func(sts *[maxStates]state, lg *logs, now int64) bool {
 		v = Result{}
 		blocked := false
 		switch {
@@ -68,7 +68,7 @@ func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost 
 
 func (b *storageBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error) {
 	var after Result
-	err := b.modify(ctx, key, ls, func(sts *[maxStates]state, lg *logs, now int64) bool {
+	err := b.modify(ctx, key, ls, true, func(sts *[maxStates]state, lg *logs, now int64) bool {
 		after = b.alg.refundAll(sts, lg, now, ls, cost, v)
 		return true
 	})
@@ -85,7 +85,9 @@ func (b *storageBackend) probe(context.Context) error {
 // and writes them back when step reports a change. It gives up when ctx
 // ends while it waits for the lock, and does not write once ctx has ended:
 // the caller has answered the request without this decision by then.
-func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, step func(sts *[maxStates]state, lg *logs, now int64) bool) error {
+// With keep (an adjustment), the value lasts at least as long as the one
+// it replaces (see refundAll).
+func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, keep bool, step func(sts *[maxStates]state, lg *logs, now int64) bool) error {
 	skey := b.prefix + key
 	lock := b.locks[maphash.String(b.seed, skey)%uint64(len(b.locks))]
 	select {
@@ -108,12 +110,16 @@ func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, ste
 		lg = newLogs(ls)
 		decodeLogs(raw, now, ls, &sts, lg)
 	} else {
-		decodeStates(raw, now, ls.states(), &sts)
+		decodeStates(raw, now, ls.n, &sts)
 	}
 	if !step(&sts, lg, now) {
 		return nil
 	}
+	kept := ls.stored(&sts, now)
 	exp := b.alg.expiryAll(&sts, ls)
+	if keep {
+		exp = b.alg.keep(&sts, ls, exp, keptUntil(raw, now))
+	}
 	if exp <= now {
 		if err := b.store.Delete(skey); err != nil {
 			return fmt.Errorf("limiter: storage delete: %w", err)
@@ -124,7 +130,7 @@ func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, ste
 	// seconds, rounding down). The state carries its own times, so keeping it
 	// up to a second longer than needed changes nothing; losing it early would.
 	ttl := time.Duration(min(timestep.Seconds(millis(exp-now))+1, math.MaxInt64/int64(time.Second))) * time.Second
-	val := encodeStates(&sts, ls.states(), exp)
+	val := encodeStates(&sts, kept, exp)
 	if lg != nil {
 		val = encodeLogs(val, &sts, lg, ls)
 	}
@@ -150,10 +156,26 @@ func encodeStates(sts *[maxStates]state, n int, exp int64) []byte {
 	return buf
 }
 
-// decodeStates reads what encodeStates wrote for n limits as it stands at
-// now into sts; anything else (nothing stored, another layout or count of
-// limits, an expired value) leaves sts fresh.
+// keptUntil is when a value that encodeStates or encodeLogs wrote ends, if
+// after now; else 0.
+func keptUntil(raw []byte, now int64) int64 {
+	if len(raw) < stateHeadSize || raw[0] != stateVersion && raw[0] != logVersion {
+		return 0
+	}
+	if exp := int64(binary.BigEndian.Uint64(raw[1:])); exp > now {
+		return exp
+	}
+	return 0
+}
+
+// decodeStates reads what encodeStates wrote for n limits, with or
+// without the state of the key's rules after theirs (see limits.stored),
+// as it stands at now into sts; anything else (nothing stored, another
+// layout or count of limits, an expired value) leaves sts fresh.
 func decodeStates(raw []byte, now int64, n int, sts *[maxStates]state) {
+	if len(raw) == stateHeadSize+(n+1)*stateLimitSize {
+		n++
+	}
 	if len(raw) != stateHeadSize+n*stateLimitSize || raw[0] != stateVersion || int64(binary.BigEndian.Uint64(raw[1:])) <= now {
 		return
 	}
@@ -165,6 +187,24 @@ func decodeStates(raw []byte, now int64, n int, sts *[maxStates]state) {
 			c: binary.BigEndian.Uint32(p[16:]),
 		}
 	}
+}
+
+// logValueSize is the length of a SlidingLog value of the logs of limits
+// limits after states states (limits, or one more with the key's rules')
+// as raw holds them, or -1 when they are not there.
+func logValueSize(raw []byte, states, limits int) int {
+	size := int64(stateHeadSize + states*stateLimitSize)
+	if int64(len(raw)) < size {
+		return -1
+	}
+	for i := range limits {
+		b := int64(binary.BigEndian.Uint64(raw[stateHeadSize+i*stateLimitSize+8:]))
+		if b < 0 || b > MaxLogLimit {
+			return -1
+		}
+		size += 8 * b
+	}
+	return int(size)
 }
 
 // logVersion leads a SlidingLog value: encodeStates's layout, then each
@@ -198,9 +238,17 @@ func encodeLogs(buf []byte, sts *[maxStates]state, lg *logs, ls *limits) []byte 
 // from index 0. Anything else (entries out of time order, or after the
 // newest the state names) leaves them fresh.
 func decodeLogs(raw []byte, now int64, ls *limits, sts *[maxStates]state, lg *logs) {
-	n := ls.states()
+	if len(raw) < stateHeadSize || raw[0] != logVersion || int64(binary.BigEndian.Uint64(raw[1:])) <= now {
+		return
+	}
+	// With or without the state of the key's rules after the limits' (see
+	// limits.stored): the one whose entries fill the value.
+	n := ls.n
+	if len(raw) != logValueSize(raw, n, ls.n) {
+		n++
+	}
 	head := stateHeadSize + n*stateLimitSize
-	if len(raw) < head || raw[0] != logVersion || int64(binary.BigEndian.Uint64(raw[1:])) <= now {
+	if len(raw) != logValueSize(raw, n, ls.n) {
 		return
 	}
 	var read [maxStates]state

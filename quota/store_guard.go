@@ -9,6 +9,7 @@ import (
 	"log"
 	"math"
 	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,10 @@ import (
 type guardedStore struct {
 	store      remoteBackend
 	ctxTimeout bool // the store returns by its context's deadline; else calls run on a goroutine
+	// countsLate says that a call which ran out of time may still count:
+	// a busy Redis runs the script it has read, after the caller has gone
+	// (see failedTake).
+	countsLate bool
 	timeout    time.Duration
 	breaker    *breaker
 	deny       *denyCache // nil when disabled
@@ -39,6 +44,21 @@ type guardedStore struct {
 	clock       func() int64 // ms; nil: monotonic ms since origin
 	origin      time.Time
 	probeArmed  atomic.Bool // a timer will start a probe (armProbe)
+	// life ends when the Limiter that owns the store is gone (see
+	// ownedBy): a probe or a look at the settings under way then ends,
+	// and no timer starts another.
+	life context.Context
+	end  context.CancelFunc
+	// answeredAt is when (ms since origin, monotonic) the store last
+	// answered a call in time, -1 before it has: a call that timed out
+	// after it began met a slow store, not an absent one (see failed).
+	// refusedAt is when a call last found it refusing service (see notRun
+	// and failedTake).
+	answeredAt, refusedAt atomic.Int64
+	// slowSince is when (ms since origin) the store began to be slow: the
+	// first of a run of timeouts amid answers, none further apart than
+	// slowGrace; slowAt is the last of them (see failed).
+	slowSince, slowAt atomic.Int64
 	// nextCheck is when (ms, by now) the store's settings are to be
 	// looked at next (see evictionChecker); math.MaxInt64 for never, or
 	// while a look is under way.
@@ -79,6 +99,10 @@ func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg *Config, alg Algo
 		clock:       cfg.clock,
 		origin:      time.Now(),
 	}
+	g.life, g.end = context.WithCancel(context.Background())
+	_, g.countsLate = store.(*redisBackend)
+	g.answeredAt.Store(-1)               // never
+	g.refusedAt.Store(math.MinInt64 / 2) // never
 	g.warn = func(err error) { log.Print(err) }
 	if hook := cfg.OnStorageError; hook != nil {
 		g.warn = func(err error) {
@@ -106,6 +130,13 @@ func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg *Config, alg Algo
 		}
 	}
 	return g
+}
+
+// ownedBy ends g's life when owner is gone. A probe holds g, never its
+// owner, so the owner's collection is what tells that nobody will ask g
+// again; g itself could not tell while a probe were out.
+func (g *guardedStore) ownedBy(owner *Limiter) {
+	runtime.AddCleanup(owner, func(end context.CancelFunc) { end() }, g.end)
 }
 
 func (g *guardedStore) now() int64 {
@@ -141,7 +172,7 @@ func (g *guardedStore) take(ctx context.Context, key string, ls *limits, cost in
 		return g.store.take(ctx, key, ls, cost)
 	})
 	if err != nil {
-		return g.unavailable(ctx, key, ls, cost)
+		return g.failedTake(ctx, key, ls, cost, err)
 	}
 	if g.deny != nil && !v.Allowed() {
 		g.deny.add(key, now, ls, denyCost, &v, gen)
@@ -162,7 +193,7 @@ func (g *guardedStore) takeOnce(ctx context.Context, key, record string, ls *lim
 		return once.takeOnce(ctx, key, record, ls, cost)
 	})
 	if err != nil {
-		return g.unavailable(ctx, key, ls, cost)
+		return g.failedTake(ctx, key, ls, cost, err)
 	}
 	return v
 }
@@ -240,11 +271,11 @@ func (g *guardedStore) checkSettings(next int64) {
 				g.nextCheck.Store(g.now() + after)
 			}
 		}()
-		ctx, cancel := context.WithTimeout(context.Background(), max(g.timeout, time.Second))
+		ctx, cancel := context.WithTimeout(g.life, max(g.timeout, time.Second))
 		defer cancel()
 		var warning error
 		after, warning = g.store.(evictionChecker).checkEviction(ctx)
-		if warning != nil {
+		if warning != nil && g.life.Err() == nil {
 			g.warn(warning)
 		}
 	}()
@@ -266,9 +297,13 @@ func (g *guardedStore) admitCall(now int64) bool {
 // probe asks the store whether it serves decisions again (for Redis, a
 // script call that writes: a server that answers PING but refuses or holds
 // writes is still out of service), and closes the breaker or keeps it open
-// for another cool-down. Its caller holds the breaker's probe.
+// for another cool-down. Its caller holds the breaker's probe. The probe
+// ends when g's life does.
 func (g *guardedStore) probe() {
 	_, _ = call(context.Background(), g, "", "probe", true, func(ctx context.Context, _ string) (struct{}, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(g.life, cancel)()
 		return struct{}{}, g.store.probe(ctx)
 	})
 }
@@ -276,8 +311,9 @@ func (g *guardedStore) probe() {
 // armProbe makes sure a probe runs one cool-down from now even if no
 // request comes to start it, so that an idle replica finds the store back
 // by itself: a timer, no goroutine while it waits, and one at most per
-// store. The timer holds the store weakly, so that a limiter dropped while
-// its breaker is open is not kept probing.
+// store. The timer holds the store weakly, and starts nothing once the
+// store's life has ended: a limiter dropped while its breaker is open is
+// not kept probing.
 func (g *guardedStore) armProbe() {
 	if !g.probeArmed.CompareAndSwap(false, true) {
 		return
@@ -285,7 +321,7 @@ func (g *guardedStore) armProbe() {
 	store := weak.Make(g)
 	time.AfterFunc(time.Duration(g.breaker.cooldown)*time.Millisecond, func() {
 		g := store.Value()
-		if g == nil {
+		if g == nil || g.life.Err() != nil {
 			return
 		}
 		g.probeArmed.Store(false)
@@ -301,36 +337,77 @@ func (g *guardedStore) armProbe() {
 // breaker and the error hook how it went; what names the call in an error
 // ("" for a take), and probe says it is the breaker's probe.
 func call[T any](ctx context.Context, g *guardedStore, key, what string, probe bool, fn func(ctx context.Context, key string) (T, error)) (T, error) {
-	start := time.Now()
+	start := time.Since(g.origin)
 	v, err := within(ctx, g, key, fn)
 	if err != nil {
+		if g.life.Err() != nil {
+			return v, err // the limiter is gone: nobody to tell
+		}
 		if what != "" {
 			err = fmt.Errorf("limiter: %s: %w", what, err)
 		}
-		g.failed(err, time.Since(start), probe)
+		g.failed(err, start, probe)
 		return v, err
 	}
-	g.breaker.answered(probe)
+	g.answered(probe)
 	return v, nil
 }
 
-// failed records a failed call that took took. A failure that says the
-// store is out of reach or out of service counts towards opening the
-// breaker: a timeout, a network error, an error reply that is about the
-// server rather than the key (see refusesService), or any error that made
-// the call wait. Another error is the store's answer about this one key (a
-// Redis error reply such as WRONGTYPE, or an error that came back at once,
-// as from a storage that rejects a key's bytes): it closes the breaker like
-// any answer, since it cost the request no wait and must not switch the
-// limiter off for every client.
-func (g *guardedStore) failed(err error, took time.Duration, probe bool) {
+// slowGrace is how long (ms) timeouts amid answers count as a slow store
+// rather than an absent one: past it, as with a Redis Cluster node that
+// hangs while the others answer, they count towards opening the breaker,
+// so that the node's keys are not rejected for good.
+const slowGrace = 5000
+
+// slowFor records a timeout amid answers and reports whether the store has
+// been slow for less than slowGrace.
+func (g *guardedStore) slowFor() bool {
+	now := int64(time.Since(g.origin) / time.Millisecond)
+	if g.slowAt.Swap(now) < now-slowGrace {
+		g.slowSince.Store(now) // a new run
+	}
+	return now-g.slowSince.Load() < slowGrace
+}
+
+// answered records a call that the store answered: the breaker closes,
+// and answeredAt moves on (a write once a ms at most, since every call
+// shares it).
+func (g *guardedStore) answered(probe bool) {
+	g.mark(&g.answeredAt)
+	g.breaker.answered(probe)
+}
+
+// mark moves at on to now (ms since origin) unless it is there already.
+func (g *guardedStore) mark(at *atomic.Int64) {
+	if now := int64(time.Since(g.origin) / time.Millisecond); at.Load() < now {
+		at.Store(now)
+	}
+}
+
+// failed records a failed call that began at start (since origin). A
+// failure that says the store is out of reach or out of service counts
+// towards opening the breaker: a timeout, a network error, an error reply
+// that is about the server rather than the key (see refusesService), or
+// any error that made the call wait. Another error is the store's answer
+// about this one key (a Redis error reply such as WRONGTYPE, or an error
+// that came back at once, as from a storage that rejects a key's bytes):
+// it closes the breaker like any answer, since it cost the request no wait
+// and must not switch the limiter off for every client. A timeout while
+// the store answered other calls in time is neither: the store is slow,
+// not out of reach, and the breaker's fallback would cost the limit (see
+// failedTake); it is reported only.
+func (g *guardedStore) failed(err error, start time.Duration, probe bool) {
 	now := g.now()
-	if unreachable(err, took) {
-		if g.breaker.failed(now, probe) {
-			g.armProbe()
-		}
-	} else {
-		g.breaker.answered(probe)
+	if notRun(err) {
+		g.mark(&g.refusedAt)
+	}
+	switch {
+	case !unreachable(err, time.Since(g.origin)-start):
+		g.answered(probe)
+	case !probe && errors.Is(err, ErrStorageTimeout) && g.answeredAt.Load() > int64(start/time.Millisecond) && g.slowFor():
+		// slow: answered others while it waited, and not for long
+	case g.breaker.failed(now, probe):
+		g.armProbe()
 	}
 	g.reporter.failed(now, err, g.breaker.open())
 }
@@ -401,6 +478,50 @@ func refusesService(reply string) bool {
 	return false
 }
 
+// slowRetry is the RetryAfter of a take that failedTake rejects: the
+// least that Retry-After, in whole seconds, can say.
+const slowRetry = time.Second
+
+// failedTake answers a take whose call failed with err. Under FailFallback
+// a Redis call that ran out of time is not handed to the fallback unless
+// Redis is out of service: its script may still run (a busy Redis runs
+// what it has read, after the caller has gone), and Redis may hold the key
+// spent, neither of which the fallback knows, so that its admission could
+// be one beyond the limit. A slow Redis is not an absent one: the take is
+// rejected for slowRetry, with Remaining 0 and Source SourceFallback. The
+// fallback decides once the breaker has opened, when this call, or another
+// within a cool-down, found Redis refusing service (see notRun), and
+// before Redis has answered this limiter at all: until then a timeout
+// cannot tell a slow Redis from one that is not there (go-redis retries a
+// refused dial past StorageTimeout before it says so). Other failures, and
+// the other policies, get unavailable's answer.
+func (g *guardedStore) failedTake(ctx context.Context, key string, ls *limits, cost int64, err error) Result {
+	if g.policy != FailFallback || !g.countsLate || !errors.Is(err, ErrStorageTimeout) || notRun(err) ||
+		g.answeredAt.Load() < 0 || g.refusedAt.Load() >= int64(time.Since(g.origin)/time.Millisecond)-g.breaker.cooldown {
+		return g.unavailable(ctx, key, ls, cost)
+	}
+	v := Result{n: ls.n, source: SourceFallback}
+	for i := range ls.n {
+		c := capacity(g.alg, ls.r[i])
+		v.each[i] = Decision{Limit: int(c), RetryAfter: slowRetry}
+		if cost > c {
+			v.each[i].RetryAfter = Never
+		}
+	}
+	return v
+}
+
+// notRun tells whether err (of a call that may have run out of time as
+// go-redis retried) says that Redis did not run the call because it is out
+// of reach or out of service: a dial failed (refused, or out of time
+// itself), or Redis refused service (refusesService: a wrong password at
+// the connection's AUTH, OOM, ...).
+func notRun(err error) bool {
+	var op *net.OpError
+	var reply goredis.Error
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &reply) && refusesService(reply.Error())
+}
+
 // unavailable is the failure policy's answer: FailOpen's admission and
 // FailClosed's rejection carry each limit's Limit (Remaining 0), and
 // FailClosed's a RetryAfter of the breaker's cool-down.
@@ -436,7 +557,9 @@ func within[T any](ctx context.Context, g *guardedStore, key string, call func(c
 	defer cancel()
 	if g.ctxTimeout {
 		v, err := guarded(ctx, key, call)
-		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// A read that the connection's deadline (ctx's) ended can return
+		// a moment before ctx's own timer marks it done.
+		if dl, _ := ctx.Deadline(); err != nil && (ctx.Err() != nil || !time.Now().Before(dl) || errors.Is(err, context.DeadlineExceeded)) {
 			err = &timedOut{err: err, timeout: g.timeout}
 		}
 		return v, err

@@ -26,7 +26,9 @@ func (b tokenBucket) take(s *state, now int64, r rule, cost int64) Decision {
 	switch {
 	case cost > r.burst:
 		d.RetryAfter = Never
-	case debt+cost*r.window <= capacity:
+	// A take of 0 fits whatever the debt: a refund's answer, of a debt
+	// kept above this rule's capacity (see refundAll).
+	case cost == 0 || debt+cost*r.window <= capacity:
 		debt += cost * r.window
 		s.a, s.b = max(now, s.a), debt // time never goes back for a key
 		d.Allowed = true
@@ -42,7 +44,10 @@ func (b tokenBucket) take(s *state, now int64, r rule, cost int64) Decision {
 // refund gives back what of the request's cost has not refilled yet: by
 // d.countedIn the bucket would have refilled it anyway, and crediting it
 // again would let a later request through twice (a slow failed request
-// refunded after the bucket had already refilled).
+// refunded after the bucket had already refilled). It takes the credit
+// off the debt as it was last updated, without refilling it to now: a
+// refill at this rule's rate would give back more than the cost when
+// another rule, of a lower rate, is the one in force (a MaxFunc).
 func (b tokenBucket) refund(s state, now int64, r rule, cost int64, d Decision) state {
 	credit := int64(0)
 	if ahead := d.countedIn - now; ahead > 0 {
@@ -54,7 +59,7 @@ func (b tokenBucket) refund(s state, now int64, r rule, cost int64, d Decision) 
 			credit = ahead * r.limit
 		}
 	}
-	return state{a: max(now, s.a), b: max(0, b.debtAt(s, now, r)-credit)}
+	return state{a: s.a, b: max(0, s.b-credit)}
 }
 
 func (tokenBucket) expiry(s state, r rule) int64 {

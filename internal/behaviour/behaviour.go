@@ -57,6 +57,8 @@ type Config struct {
 	// Idempotent names requests by their Idempotency-Key header
 	// (IdempotencyKey: IdempotencyKeyHeader).
 	Idempotent bool
+	// Gate holds the requests to Hold in their handler (nil: none).
+	Gate *Gate
 }
 
 // Request is one request to a case's server.
@@ -96,13 +98,35 @@ type Response struct {
 
 // Paths of the handler behind the limiter, in every adapter: OK answers
 // 200; Bad sets 400; Err fails with the framework's own error of status
-// 503; Boom fails with a plain error (500). Any other path answers 200.
+// 503; Boom fails with a plain error (500); Hold waits at the case's
+// Gate, then fails as Boom does. Any other path answers 200.
 const (
 	OK   = "/ok"
 	Bad  = "/bad"
 	Err  = "/err"
 	Boom = "/boom"
+	Hold = "/hold"
 )
+
+// Gate holds requests in their handler: a case sends one to Hold, waits
+// until it is in (Entered), sends others, then lets it end (Open).
+type Gate struct{ entered, release chan struct{} }
+
+// NewGate returns a closed Gate.
+func NewGate() *Gate { return &Gate{entered: make(chan struct{}), release: make(chan struct{})} }
+
+// Wait is what the handler of Hold calls: it says the request is in, and
+// returns once the Gate opens.
+func (g *Gate) Wait() {
+	g.entered <- struct{}{}
+	<-g.release
+}
+
+// Entered returns once a request waits at the Gate.
+func (g *Gate) Entered() { <-g.entered }
+
+// Open lets the requests at the Gate end.
+func (g *Gate) Open() { close(g.release) }
 
 // Clock is a settable clock in ms that an adapter gives its limiter.
 type Clock struct{ ms atomic.Int64 }

@@ -24,6 +24,7 @@ func Run(t *testing.T, a Adapter) {
 		{"KeyGeneratorAndLimitReached", keyGeneratorAndLimitReached},
 		{"SkipRequests", skipRequests},
 		{"MaxFuncAndCost", maxFuncAndCost},
+		{"RefundUnderAnotherMaxFunc", refundUnderAnotherMaxFunc},
 		{"DisableHeaders", disableHeaders},
 		{"ConcurrentExact", concurrentExact},
 		{"BlockFor", blockFor},
@@ -174,6 +175,41 @@ func maxFuncAndCost(t *testing.T, a Adapter) {
 	require.Equal(t, 429, r.Status)
 	require.Empty(t, r.Header.Get("Retry-After"))
 	require.Equal(t, "2", r.Header.Get("X-RateLimit-Remaining"))
+}
+
+// A refund gives back what its request took, whatever the MaxFunc of the
+// others: a request of plan 400 is held in its handler while requests of
+// plan 1000 spend the key, then fails and is given back; exactly one more
+// of plan 1000 fits, and the refunded one's own headers show its plan
+// spent. Every algorithm that takes a MaxFunc.
+func refundUnderAnotherMaxFunc(t *testing.T, a Adapter) {
+	for _, alg := range Algorithms[:3] {
+		t.Run(string(alg), func(t *testing.T) {
+			gate := NewGate()
+			send := a.Serve(t, Config{
+				Algorithm: alg, Expiration: 500 * time.Second, KeyFromHeader: true, MaxFromHeader: true,
+				SkipFailedRequests: true, Gate: gate,
+			}, &Clock{})
+			held := make(chan Response, 1)
+			go func() { held <- send(Request{Path: Hold, Key: "k", Plan: "400"}) }()
+			gate.Entered()
+			spend := func() int {
+				admitted := 0
+				for range 1000 {
+					if send(Request{Key: "k", Plan: "1000"}).Status == 200 {
+						admitted++
+					}
+				}
+				return admitted
+			}
+			require.Equal(t, 999, spend(), "the held request took one")
+			gate.Open()
+			r := <-held
+			require.Equal(t, 500, r.Status)
+			assert.Equal(t, "0", r.Header.Get("X-RateLimit-Remaining"), "plan 400 is spent after the refund too")
+			assert.Equal(t, 1, spend(), "the refund gave back its one")
+		})
+	}
 }
 
 // DisableHeaders drops the X-RateLimit headers, not Retry-After on a 429.

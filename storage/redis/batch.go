@@ -163,9 +163,9 @@ var batchReplaced = [][2]string{
 	{"redis.call('DEL', key)", "batch_write(key, false, -1)"},
 	{"redis.call('PTTL', key)", "batch_pttl(key)"},
 	// A take once per request goes alone, never in a batch.
-	{"redis.call('GET', KEYS[2])", "error('limiter: a take once per request is never batched')"},
-	{"redis.call('SET', KEYS[2], first_answer .. pack('<I5B', first_cost, repeats + 1), 'KEEPTTL')", "error('limiter: a take once per request is never batched')"},
-	{"redis.call('SET', KEYS[2], reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)", "error('limiter: a take once per request is never batched')"},
+	{"redis.pcall('GET', KEYS[2])", "error('limiter: a take once per request is never batched')"},
+	{"redis.call('SET', KEYS[2], once_tag .. first_answer .. pack('<I5B', first_cost, repeats + 1), 'KEEPTTL')", "error('limiter: a take once per request is never batched')"},
+	{"redis.call('SET', KEYS[2], once_tag .. reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)", "error('limiter: a take once per request is never batched')"},
 }
 
 // batchGroup is the calls of one algorithm and slot in a pipeline, and
@@ -301,9 +301,22 @@ func hashSlot(key string) int {
 			key = key[s+1 : s+1+e]
 		}
 	}
+	return int(crc16(key)) % 16384
+}
+
+// crc16 is CRC-16/XMODEM of s, as Redis Cluster computes a key's slot.
+func crc16[T string | []byte](s T) uint16 {
 	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
+	for i := 0; i < len(s); i++ {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
+	}
+	return crc
+}
+
+// crc16Table is crc16's table: the CRC of each byte's value as a first byte.
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -311,6 +324,7 @@ func hashSlot(key string) int {
 				crc <<= 1
 			}
 		}
+		t[i] = crc
 	}
-	return int(crc) % 16384
-}
+	return t
+}()

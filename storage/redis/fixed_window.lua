@@ -7,9 +7,12 @@ if #stored == 10 * n then
 elseif found then
   repair = true
 end
+-- A count above the limit reads as the whole quota spent for a take; an
+-- adjustment keeps it, and changes it by its own units only (the twin of
+-- onTime in limits.go).
 if start > now + ahead then
   start, count, repair = 0, 0, true
-elseif count > limit then
+elseif count > limit and not refund then
   count, repair = limit, true
 end
 if refund and not penalize then
@@ -27,11 +30,11 @@ if count == 0 or now >= start + window then
   start, count = now, 0
 end
 if penalize then
-  count, cost = min(limit, count + min(cost, limit)), 0
+  count, cost = max(count, min(limit, count + min(cost, limit))), 0
 end
 if cost > limit then
   retry = -1
-elseif count + cost <= limit then
+elseif cost == 0 or count + cost <= limit then
   count = count + cost
   allowed, counted = 1, start
   a, b, exp = start, count, 0

@@ -45,11 +45,11 @@ local flags, request_cost, request_now, limit1, burst1, window1, step1, counted_
 -- The rules of the key beside its limits' counts (the twin of
 -- decideKeyInto): blocking (flag 32), a BlockFor of block_ms, and spacing
 -- (flag 64), a MinInterval of gap_ms, each in 6 bytes after the rules, in
--- that order; the key's value then ends with the block's end and the end
+-- that order. The key's value then ends with the block's end and the end
 -- of the gap since its last admitted take (6 bytes each, ms, in the same
--- order).
+-- order), each when the call has its rule (see below for other values).
 local blocking, spacing = floor(flags / 32) % 2 == 1, floor(flags / 64) % 2 == 1
-local rules_end, block_ms, gap_ms, suffix = #ARGV[1], 0, 0, 0
+local rules_end, block_ms, gap_ms = #ARGV[1], 0, 0
 -- once (flag 128): a take made once per request (its idempotency key).
 -- An admitted one's answer is kept in the call's second key, of the same
 -- hash slot, for once_ms (6 bytes, last of all), followed by the cost it
@@ -57,28 +57,34 @@ local rules_end, block_ms, gap_ms, suffix = #ARGV[1], 0, 0, 0
 -- repeat of at most that cost gets that answer again, with one byte more
 -- that marks it, and counts nothing, up to 8 repeats (the twin of
 -- maxRepeats); the next, or one of a larger cost, counts as a new request.
--- A record of another layout (an answer is 1 + 25 bytes a limit) answers
--- nothing. Never in a batch.
-local once, once_ms = flags >= 128, 0
+-- A record begins with once_tag, which names its layout, and is exactly
+-- as long as one for this call's limits (the answer is 1 + 25 bytes a
+-- limit), its flags those of an admission: any other value (another
+-- layout's, another program's, of another type) answers nothing, and an
+-- admitted take's record replaces it. The twin of forget_once.lua. Never
+-- in a batch.
+local once, once_ms, once_tag = flags >= 128, 0, 'once3\0'
 if once then
   rules_end = rules_end - 6
   once_ms = unpack('<I6', ARGV[1], rules_end + 1)
-  local first = redis.call('GET', KEYS[2])
-  if first and #first >= 32 and (#first - 7) % 25 == 0 then
-    local first_answer = sub(first, 1, #first - 6)
+  local limits = (rules_end - 12 - (blocking and 6 or 0) - (spacing and 6 or 0)) / 26
+  local first = redis.pcall('GET', KEYS[2])
+  if type(first) == 'string' and #first == 13 + 25 * limits and sub(first, 1, 6) == once_tag and
+      string.byte(first, 7) % 2 == 1 then
+    local first_answer = sub(first, 7, #first - 6)
     local first_cost, repeats = unpack('<I5B', first, #first - 5)
     if repeats < 8 and request_cost <= first_cost then
-      redis.call('SET', KEYS[2], first_answer .. pack('<I5B', first_cost, repeats + 1), 'KEEPTTL')
+      redis.call('SET', KEYS[2], once_tag .. first_answer .. pack('<I5B', first_cost, repeats + 1), 'KEEPTTL')
       return first_answer .. '\1'
     end
   end
 end
 if spacing then
-  rules_end, suffix = rules_end - 6, suffix + 6
+  rules_end = rules_end - 6
   gap_ms = unpack('<I6', ARGV[1], rules_end + 1)
 end
 if blocking then
-  rules_end, suffix = rules_end - 6, suffix + 6
+  rules_end = rules_end - 6
   block_ms = unpack('<I6', ARGV[1], rules_end + 1)
 end
 local n = (rules_end - 12) / 26
@@ -129,32 +135,53 @@ end
 -- block lasts, or the gap for a take of a cost, the call decides as a take
 -- of 0 and is then rejected (reject_rest).
 local block_end, gap_end, key_changed, reject_rest = 0, 0, false, nil
--- A value ends with them only when what comes before is states of these
--- limits (state_size, from the line before head.lua), or nothing: one
--- written without them is read whole, its counts as they are.
-local states_size = stored and #stored - suffix
--- (state_size < 0: the logs of sliding_log_prelude.lua, of any length.)
-if suffix > 0 and states_size and states_size >= 0 and (states_size == 0 or states_size == state_size * n or
-    n == 1 and states_size == state_size1 or state_size < 0 and log_part(stored, states_size, n, 1)) then
-  if blocking then
-    block_end = unpack('<I6', stored, #stored - suffix + 1)
+-- Every version of these limits reads the others' values: a value is the
+-- states of the limits (state_size each, from the line before head.lua;
+-- for a log, state_size < 0, the logs of sliding_log_prelude.lua, of any
+-- length), or nothing, then the ends of the writer's rules, 12 bytes (a
+-- block's and a gap's), 6 (one of them) or none. So a deploy that turns
+-- BlockFor or MinInterval on or off keeps the counts while both versions
+-- serve. Which rule 6 bytes end is the writer's: read as the block's by a
+-- call that blocks and does not space, else as the gap's; a call without
+-- either keeps them as they are, while they last (max_end_ms), for the
+-- replicas that enforce them (kept_ends). The lengths cannot be mistaken
+-- for one another: no two lengths of states differ by 6 or 12 but a lone
+-- sliding window's 12, which reads as states.
+local kept_ends, max_end_ms = '', 31536000000
+local len = stored and #stored or 0
+if len > 0 and len ~= state_size * n and not (n == 1 and len == state_size1) and
+    not (state_size < 0 and log_part(stored, len, n, 1)) then
+  -- Not states alone (the common case, checked above without a closure).
+  local function fits(size)
+    return size == 0 or size == state_size * n or n == 1 and size == state_size1 or
+      state_size < 0 and size > 0 and log_part(stored, size, n, 1) ~= nil
   end
-  if spacing then
-    gap_end = unpack('<I6', stored, #stored - 5)
+  if len >= 12 and fits(len - 12) then
+    block_end, gap_end = unpack('<I6I6', stored, len - 11)
+    kept_ends, stored = sub(stored, len - 11), sub(stored, 1, len - 12)
+  elseif len >= 6 and fits(len - 6) then
+    if blocking and not spacing then
+      block_end = unpack('<I6', stored, len - 5)
+    else
+      gap_end = unpack('<I6', stored, len - 5)
+    end
+    kept_ends, stored = sub(stored, len - 5), sub(stored, 1, len - 6)
   end
-  stored = sub(stored, 1, #stored - suffix)
+  if max(block_end, gap_end) > request_now + max_end_ms then
+    kept_ends = '' -- ends no rule could have set: not kept
+  end
 end
-if block_end > request_now + block_ms then
+if blocking and block_end > request_now + block_ms then
   block_end, key_changed = request_now + block_ms, true
 end
-if gap_end > request_now + gap_ms then
+if spacing and gap_end > request_now + gap_ms then
   gap_end, key_changed = request_now + gap_ms, true
 end
 local blocked_now = false
 if not refund then
-  if block_end > request_now then
+  if blocking and block_end > request_now then
     reject_rest, request_cost, blocked_now = block_end - request_now, 0, true
-  elseif request_cost > 0 and gap_end > request_now then
+  elseif spacing and request_cost > 0 and gap_end > request_now then
     reject_rest, request_cost = gap_end - request_now, 0
   end
 end

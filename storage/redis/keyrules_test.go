@@ -27,7 +27,9 @@ func TestKeyRulesReadAPlainValue(t *testing.T) {
 		for _, n := range []int{1, 2} {
 			limit, cost := int64(1<<30), int64(1<<29)
 			if alg == SlidingLog {
-				limit, cost = MaxLogLimit, MaxLogLimit/2 // a log value's counts lead each part
+				// A log value's counts lead each part; a key's logs hold
+				// MaxLogLimit entries in all.
+				limit, cost = MaxLogLimit/int64(n), MaxLogLimit/int64(2*n)
 			}
 			plain := []Rule{{Algorithm: alg, Limit: limit, Window: time.Hour}, {Algorithm: alg, Limit: 2 * limit, Window: 2 * time.Hour}}[:n]
 			if alg == SlidingLog {

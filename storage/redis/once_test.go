@@ -244,3 +244,78 @@ func TestForgetOnceOnRing(t *testing.T) {
 		assert.False(t, repeat, "%s: forgotten", key)
 	}
 }
+
+// A value at a record's name answers only when it proves to be a record:
+// one of the layout's tag, exactly as long as a record for the call's
+// rules, with an admission's flags. Anything else (the older layout, a
+// value of the right length without the tag, a record for another number
+// of rules, a rejection) answers no repeat: the take is counted, and its
+// record replaces the value; and ForgetOnce drops it instead of keeping it
+// as a record that answered repeats (but for a record of another number of
+// rules, which ForgetOnce, not told the take's rules, keeps: its name is
+// the limiter's, whose rules are the take's, so only a hand that writes to
+// Redis could have put it there, and keeping it keeps the take's cost).
+func TestTakeOnceReadsOnlyRecords(t *testing.T) {
+	c := newClock()
+	store, rdb, _ := newStore(t, c)
+	ctx := context.Background()
+	rules := []Rule{{Algorithm: FixedWindow, Limit: 10, Window: time.Hour}}
+	res := make([]Result, 1)
+	const tag = "once3\x00"
+	// Each value is made from a record the store wrote, with its repeats
+	// byte (the last) made 1, so that a value taken for a record answers a
+	// repeat and is kept by ForgetOnce.
+	for i, tc := range []struct {
+		name    string
+		value   func(record string) string
+		answers bool
+		kept    bool // by ForgetOnce
+	}{
+		{"the record", func(r string) string { return r }, true, true},
+		{"the older layout: no tag", func(r string) string { return r[len(tag):] }, false, false},
+		{"right length, no tag", func(r string) string { return "xxxxxx" + r[len(tag):] }, false, false},
+		{"right length, tag zeroed", func(r string) string { return strings.Repeat("\x00", len(tag)) + r[len(tag):] }, false, false},
+		{"two rules' length", func(r string) string { return r[:len(tag)+1] + r[len(tag)+1:len(r)-6] + r[len(tag)+1:] }, false, true},
+		{"one byte short", func(r string) string { return r[:len(tag)] + r[len(tag)+1:] }, false, false},
+		{"a rejection's flags", func(r string) string { return tag + "\x00" + r[len(tag)+1:] }, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key, record := "k"+strconv.Itoa(i), "r"+strconv.Itoa(i)
+			take := func() (repeat bool, remaining int64) {
+				t.Helper()
+				ok, repeat, err := store.TakeOnceAll(ctx, key, record, time.Minute, rules, 1, res)
+				require.NoError(t, err)
+				require.True(t, ok)
+				return repeat, res[0].Remaining
+			}
+			repeat, remaining := take()
+			require.False(t, repeat)
+			require.Equal(t, int64(9), remaining)
+			names, err := rdb.Keys(ctx, record+"*").Result()
+			require.NoError(t, err)
+			require.Len(t, names, 1)
+			written, err := rdb.Get(ctx, names[0]).Result()
+			require.NoError(t, err)
+			require.Len(t, written, len(tag)+1+25+6, "tag, answer, cost and repeats")
+			require.Equal(t, tag, written[:len(tag)])
+			planted := tc.value(written[:len(written)-1] + "\x01")
+
+			require.NoError(t, rdb.Set(ctx, names[0], planted, time.Minute).Err())
+			repeat, remaining = take()
+			assert.Equal(t, tc.answers, repeat, "a repeat answered")
+			if !tc.answers {
+				assert.Equal(t, int64(8), remaining, "counted")
+				again, _ := take()
+				assert.True(t, again, "the take's own record replaced the value")
+			}
+
+			require.NoError(t, rdb.Set(ctx, names[0], planted, time.Minute).Err())
+			repeated, err := store.ForgetOnce(ctx, key, record)
+			require.NoError(t, err)
+			assert.Equal(t, tc.kept, repeated, "kept as a record that answered repeats")
+			left, err := rdb.Exists(ctx, names[0]).Result()
+			require.NoError(t, err)
+			assert.Equal(t, tc.kept, left == 1, "the value stays only if it is a record")
+		})
+	}
+}

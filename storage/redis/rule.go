@@ -15,12 +15,14 @@ const (
 	TokenBucket
 	// SlidingLog keeps the time of every unit counted in the last Window
 	// and admits while they, with the cost, stay within Limit: exact over
-	// any window. A key's value holds 6 bytes per unit counted, so Limit
-	// is at most MaxLogLimit.
+	// any window. A key's value holds 6 bytes per unit counted, so the
+	// Limits of a call's rules add up to at most MaxLogLimit.
 	SlidingLog
 )
 
-// MaxLogLimit is the largest Limit of a SlidingLog rule.
+// MaxLogLimit is the largest Limit of a SlidingLog rule, and of the
+// Limits of a call's rules together: a call reads and rewrites every entry
+// of the key, which at 10,000 costs Redis about 0.3-0.6 ms.
 const MaxLogLimit = 10_000
 
 // Rule is what a decision is made against.
@@ -30,7 +32,7 @@ type Rule struct {
 	Algorithm Algorithm
 	// Limit is the units admitted per Window (the token bucket's refill per
 	// Window). Must be > 0 and below 2^32 (the same for Burst), and for
-	// SlidingLog at most MaxLogLimit; see Step.
+	// SlidingLog at most MaxLogLimit (with the other rules'); see Step.
 	Limit int64
 	// Burst is the token bucket's capacity; 0 means Limit. Ignored by the
 	// windows.

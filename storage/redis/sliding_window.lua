@@ -12,8 +12,11 @@ elseif found then
 end
 if start > now + ahead then
   start, cur, prev, repair = 0, 0, 0, true
-elseif cur > limit or prev > limit then
-  cur, prev, repair = min(cur, limit), min(prev, limit), true
+elseif (cur > limit or prev > limit) and not refund then
+  -- A count above the limit (a larger MaxFunc's, or another program's)
+  -- reads as the whole quota spent and is kept as it is (kept_cur,
+  -- kept_prev below; the twin of slidingWindow.take).
+  repair = true
 end
 if now >= start then -- time never goes back for a key
   if now >= start + window then
@@ -37,10 +40,10 @@ if refund then
   -- window it was counted in. Then answer as a take of cost 0 would: the
   -- state it leaves.
   if penalize then
-    cur = min(limit, cur + min(cost, limit))
+    cur = max(cur, min(limit, cur + min(cost, limit)))
   elseif reward then
     local from_cur = min(cur, cost)
-    cur, prev = cur - from_cur, max(0, prev - min(cost - from_cur, limit))
+    cur, prev = cur - from_cur, max(0, prev - (cost - from_cur))
   elseif counted_in == start then
     cur = max(0, cur - cost)
   elseif counted_in == start - window then
@@ -54,6 +57,8 @@ end
 if now < start then
   now = start
 end
+local kept_cur, kept_prev = cur, prev
+cur, prev = min(cur, limit), min(prev, limit)
 local elapsed = now - start
 local weighted = prev * (window - elapsed)
 if cost > limit then
@@ -61,7 +66,7 @@ if cost > limit then
 elseif cost == 0 or weighted + (cur + cost) * window <= limit * window then
   cur = cur + cost
   allowed, counted = 1, start
-  a, b, c, exp = start, cur, prev, 0
+  a, b, c, exp = start, kept_cur + cost, kept_prev, 0
   if cur > 0 then
     exp = start + 2 * window
   elseif prev > 0 then

@@ -266,13 +266,16 @@ func (s *Store) run(ctx context.Context, key string, rules []Rule, cost int64, f
 // a refund. Rules are checked (see Rule.check).
 func (s *Store) pack(arg *[argHeadSize + MaxRules*argRuleSize + 2*argBlockSize]byte, rules []Rule, cost int64, flags byte, counted []Result) ([]byte, error) {
 	alg := rules[0].Algorithm
-	most := int64(0) // the largest quota of the rules
+	most, total := int64(0), int64(0) // the largest quota of the rules, and their sum
 	for i, rule := range rules {
 		window, step, err := rule.check(alg)
 		if err != nil {
 			return nil, err
 		}
 		most = max(most, rule.Limit, rule.capacity())
+		if total += rule.Limit; alg == SlidingLog && total > MaxLogLimit {
+			return nil, fmt.Errorf("limits adding up to more than %d are too large for SlidingLog: a key keeps one entry per unit, at most %d in all", MaxLogLimit, MaxLogLimit)
+		}
 		countedIn := int64(0)
 		if counted != nil {
 			// A countedIn outside what a script can have returned matches
@@ -373,12 +376,15 @@ func runScriptWith(ctx context.Context, client redis.UniversalClient, alg Algori
 // slotTags are, for each Redis Cluster hash slot, a hash tag ("{n}") whose
 // keys lie in that slot: made once, when a take once first needs one.
 var slotTags = sync.OnceValue(func() *[16384]string {
+	// About 170,000 numbers are tried: each without an allocation, so
+	// that the table takes a few ms, well within a first call's timeout.
 	var tags [16384]string
 	left := len(tags)
+	buf := []byte{'{'}
 	for n := 0; left > 0; n++ {
-		tag := "{" + strconv.Itoa(n) + "}"
-		if s := hashSlot(tag); tags[s] == "" {
-			tags[s], left = tag, left-1
+		buf = strconv.AppendInt(buf[:1], int64(n), 10)
+		if s := int(crc16(buf[1:])) % 16384; tags[s] == "" {
+			tags[s], left = string(append(buf, '}')), left-1
 		}
 	}
 	return &tags
@@ -472,8 +478,12 @@ func (s *Store) TakeAll(ctx context.Context, key string, rules []Rule, cost int6
 // sent to key's server (Ring): record as it is when it shares key's hash
 // tag, else record with the slot's hash tag added at its end (or, when
 // record holds a '{', in front). Give each request a record
-// of its own, such as a digest of key and the request's Idempotency-Key. A
-// call once per request is not batched with others.
+// of its own, such as a digest of key and the request's Idempotency-Key,
+// under a name that no key you limit can take: a client that chooses its
+// key must not be able to choose a record's name (a record is told from
+// another value by a tag and its exact length, but the name is what keeps
+// a client's own state out of it). A call once per request is not batched
+// with others.
 func (s *Store) TakeOnceAll(ctx context.Context, key, record string, ttl time.Duration, rules []Rule, cost int64, results []Result) (allowed, repeat bool, err error) {
 	if len(results) < len(rules) {
 		return false, false, fmt.Errorf("limiter: redis take: %d results for %d rules", len(results), len(rules))
@@ -507,9 +517,9 @@ func (s *Store) TakeOnceAll(ctx context.Context, key, record string, ttl time.Du
 	return allowed, repeat, err
 }
 
-// ForgetOnce drops the record that TakeOnceAll keeps for key under
-// record, so that a retry of that request is decided, and counted, as a
-// new one: for a take whose cost is to be given back (RefundAll), whose
+// ForgetOnce makes the record that TakeOnceAll keeps for key under
+// record answer no more repeats, so that a retry of that request is
+// decided, and counted, as a new one: for a take whose cost is to be given back (RefundAll), whose
 // retries would otherwise repeat its admission for free. A record that has
 // already answered repeats stays, and ForgetOnce reports repeated: those
 // repeats were served on the take, so its cost must not be given back.

@@ -92,6 +92,15 @@ end
 -- ms). A block or a gap that changed is written with the states as they
 -- were read, kept as long as they were, or the block and the gap last.
 local write = refund or (admitted == 1 and request_cost > 0)
+if refund and found and exp_all > 0 then
+  -- An adjustment that leaves counts keeps the key at least as long as it
+  -- was kept: its end was set under the rule of its last take, which this
+  -- one may not see (the twin of Algorithm.keep).
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 then
+    exp_all = max(exp_all, request_now + ttl)
+  end
+end
 if key_changed and not write then
   value, write = stored, true
   local ttl = redis.call('PTTL', key)
@@ -99,14 +108,19 @@ if key_changed and not write then
     exp_all = request_now + ttl
   end
 end
-if write and suffix > 0 then
-  if blocking then
-    value = value .. pack('<I6', block_end)
+if write then
+  -- The ends of the call's rules, as every version of these limits writes
+  -- them; without either, the ends another version wrote while they last
+  -- (see head.lua).
+  if blocking and spacing then
+    value, exp_all = value .. pack('<I6I6', block_end, gap_end), max(exp_all, block_end, gap_end)
+  elseif blocking then
+    value, exp_all = value .. pack('<I6', block_end), max(exp_all, block_end)
+  elseif spacing then
+    value, exp_all = value .. pack('<I6', gap_end), max(exp_all, gap_end)
+  elseif kept_ends ~= '' and max(block_end, gap_end) > request_now then
+    value, exp_all = value .. kept_ends, max(exp_all, block_end, gap_end)
   end
-  if spacing then
-    value = value .. pack('<I6', gap_end)
-  end
-  exp_all = max(exp_all, block_end, gap_end)
 end
 if write then
   if exp_all > request_now then
@@ -139,6 +153,6 @@ else
   reply = pack('<B', admitted + never) .. answer .. granted
 end
 if once and admitted == 1 then
-  redis.call('SET', KEYS[2], reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)
+  redis.call('SET', KEYS[2], once_tag .. reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)
 end
 return reply

@@ -15,9 +15,15 @@ elseif found then
 end
 if last > now + ahead then
   last, debt, repair = 0, 0, true
-elseif debt > burst * window then
+elseif debt > burst * window and not refund then
+  -- (an adjustment keeps a debt above the burst: see fixed_window.lua)
   debt, repair = burst * window, true
 end
+-- A refund and a reward take their credit off the debt as it was last
+-- updated (raw_last, raw_debt), without a refill to now at this rule's
+-- rate, which gives back more than the credit when a rule of a lower
+-- rate is the one in force (a MaxFunc).
+local raw_last, raw_debt, credited = last, debt, false
 local elapsed = now - last
 if elapsed > 0 then
   if elapsed >= idiv(debt + limit - 1, limit) then
@@ -34,18 +40,20 @@ if refund then
   -- cost has not refilled by now (counted_in is when it will have, rounded
   -- down). Then answer as a take of cost 0 would: the state it leaves.
   if penalize then
-    debt = min(burst * window, debt + min(cost, burst) * window)
-  elseif reward then
-    debt = max(0, debt - min(cost, burst) * window)
+    debt = max(debt, min(burst * window, debt + min(cost, burst) * window))
   else
-    debt = max(0, debt - min(cost * window, max(0, (counted_in - now) * limit)))
+    local credit = min(cost, burst) * window
+    if not reward then
+      credit = min(cost * window, max(0, (counted_in - now) * limit))
+    end
+    debt, raw_debt, credited = max(0, debt - credit), max(0, raw_debt - credit), true
   end
   cost = 0
 end
 local capacity = burst * window
 if cost > burst then
   retry = -1
-elseif debt + cost * window <= capacity then
+elseif cost == 0 or debt + cost * window <= capacity then
   debt = debt + cost * window
   allowed, counted = 1, last + idiv(debt, limit)
   a, b = last, debt
@@ -58,6 +66,14 @@ else
 end
 remaining = max(0, burst - idiv(debt + window - 1, window))
 reset = idiv(debt + limit - 1, limit)
+if credited then
+  -- Kept while it has debt, even when this rule has refilled it: the rule
+  -- in force may refill more slowly (see refundAll).
+  a, b, exp = raw_last, raw_debt, 0
+  if raw_debt > 0 then
+    exp = max(at + 1, raw_last + idiv(raw_debt + limit - 1, limit))
+  end
+end
 
 if n == 1 and b < 1099511627776 then
   fmt = '<I6I5'

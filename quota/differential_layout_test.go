@@ -1,0 +1,91 @@
+package quota
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fiberlimit/limiter/internal/redistest"
+	"github.com/stretchr/testify/require"
+)
+
+// A random trace in which each request comes from one of two versions of
+// a limiter (of none, BlockFor, MinInterval or both: replicas in a rolling
+// deploy) gives the same decisions from Redis and from a Storage, with
+// refunds: each backend reads the values the other version wrote, and
+// neither reads the other's value as "no state", nor its block or gap as
+// counts. (On Redis a value of one rule's end does not say which rule's
+// it is: read by a version of the other rule, or of both, after
+// BlockFor's, it holds the key off for the shorter of the two at most, a
+// case this test leaves out. The counts hold in every case: see
+// TestRollingDeployTakesTurns.)
+func TestLayoutsMatchAcrossBackends(t *testing.T) {
+	server := redistest.Start(t)
+	pairs := [][2]int{{0, 1}, {0, 2}, {0, 3}, {2, 3}} // versions: bit 0 BlockFor, bit 1 MinInterval
+	for _, alg := range allAlgorithms {
+		for _, pair := range pairs {
+			t.Run(alg.name()+"/"+strconv.Itoa(pair[0])+"-"+strconv.Itoa(pair[1]), func(t *testing.T) {
+				const base = int64(1_700_000_000_000)
+				clock := newTraceClock(base)
+				r := rule{limit: 5, burst: 5, window: 2000}
+				versions := make([]limits, 4)
+				for i := range versions {
+					versions[i] = one(r)
+					if i&1 != 0 {
+						versions[i].block = 300
+					}
+					if i&2 != 0 {
+						versions[i].gap = 20
+					}
+				}
+				backends := []backend{
+					newStorageBackend(&mapStorage{m: map[string][]byte{}}, alg, "layout:", clock.millis),
+					newRedisBackend(server.Client(t), nil, alg, "layout:"+t.Name()+":", &Config{clock: clock.millis}),
+				}
+				rng := rand.New(rand.NewPCG(5, uint64(alg)))
+				ctx := context.Background()
+				held := map[string][]Result{}
+				var admitted, refunds, blocked int
+				for step := range 2000 {
+					clock.step(rng.Int64N(40))
+					key := "k" + strconv.Itoa(rng.IntN(3))
+					ls := versions[pair[rng.IntN(2)]]
+					if h := held[key]; len(h) > 0 && rng.IntN(5) == 0 {
+						v := h[len(h)-1]
+						held[key] = h[:len(h)-1]
+						var answers [2]Result
+						for i, b := range backends {
+							got, err := b.refund(ctx, key, &ls, 1, &v)
+							require.NoError(t, err)
+							answers[i] = got
+						}
+						require.Equal(t, answers[0], answers[1], "step %d: refund on %s by version %d", step, key, ls.block+ls.gap)
+						refunds++
+						continue
+					}
+					var answers [2]Result
+					for i, b := range backends {
+						got, err := b.take(ctx, key, &ls, 1)
+						require.NoError(t, err)
+						answers[i] = got
+					}
+					require.Equal(t, answers[0], answers[1], "step %d: take on %s by version block %d gap %d", step, key, ls.block, ls.gap)
+					switch v := answers[0]; {
+					case v.Allowed():
+						admitted++
+						held[key] = append(held[key], v)
+					case v.RetryAfter() >= 100*time.Millisecond:
+						blocked++
+					}
+				}
+				require.Greater(t, admitted, 300)
+				require.Greater(t, refunds, 50)
+				if pair[1]&1 != 0 {
+					require.Greater(t, blocked, 10)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,47 @@
+-- Fixed window, the twin of fixed_window.go. State: window start (6 bytes)
+-- and the units counted in it (4 bytes; a limit is below 2^32).
+fmt = '<I6I4'
+local start, count = 0, 0
+if #stored == 10 * n then
+  start, count = unpack(fmt, stored, 10 * i - 9)
+elseif found then
+  repair = true
+end
+if start > now + ahead then
+  start, count, repair = 0, 0, true
+elseif count > limit then
+  count, repair = limit, true
+end
+if refund and not penalize then
+  -- Credit the window the cost was counted in (a reward: the window
+  -- running), then answer as a take of cost 0 would: the state it leaves.
+  if count > 0 and (reward or start == counted_in) and now < start + window then
+    count = max(0, count - cost)
+  end
+  cost = 0
+end
+if count > 0 and now < start then
+  now = start -- time never goes back for a key
+end
+if count == 0 or now >= start + window then
+  start, count = now, 0
+end
+if penalize then
+  count, cost = min(limit, count + min(cost, limit)), 0
+end
+if cost > limit then
+  retry = -1
+elseif count + cost <= limit then
+  count = count + cost
+  allowed, counted = 1, start
+  a, b, exp = start, count, 0
+  if count > 0 then
+    exp = start + window
+  end
+else
+  retry = start + window - now
+end
+if count > 0 then
+  reset = start + window - now
+end
+remaining = max(0, limit - count)

@@ -1,0 +1,211 @@
+-- The head of every script: the arguments, the time and the key's value,
+-- then the loops over the limits that an algorithm's body runs in, which
+-- tail.lua closes before it writes the states back and answers. The scripts
+-- are flat (few functions): Redis runs a script's whole chunk on every
+-- call, so each local function is a closure made anew each time, which
+-- costs more than the arithmetic.
+--
+-- KEYS[1]: the one key that holds the states of every limit of a limited
+-- key, so that one decision reads and writes one key (and Redis Cluster
+-- never sees CROSSSLOT). ARGV[1]: the request, packed by the Go side in one
+-- string so that it is one argument to pass and one C call to read
+-- (little-endian): flags (1 byte: 1 = refund, 2 = use the server's TIME,
+-- 4 = penalty, 8 = reward; see refund below),
+-- cost (5 bytes) and now (6, in ms), then for each limit its limit and
+-- burst (4 bytes each), window (7), step (4) and counted_in (7). A limit
+-- keeps time in whole steps of `step` ms (1 but for very large quotas):
+-- its window, its state's times and counted_in are in steps, and its
+-- answer is in ms. (Redis 6 and later replicate a script's writes, not the
+-- script, so TIME is safe to use.) Numbers are Lua doubles: every integer
+-- the scripts form stays below 2^53, where doubles are exact (the Go side
+-- checks limit * window <= 2^51, window in steps).
+-- The library functions the scripts call, as locals: a global's lookup on
+-- every use costs more than the call. idiv is floor(a / b) for integers
+-- a >= 0 and b > 0, corrected for the rounding of the double division.
+local floor, max, min = math.floor, math.max, math.min
+local pack, unpack, sub = struct.pack, struct.unpack, string.sub
+-- flag[i] is 2^i, the flag of limit i, without a call to pow.
+local flag = {2, 4, 8, 16, 32, 64, 128, 256}
+local function idiv(x, y)
+  local q = floor(x / y)
+  if q * y > x then
+    q = q - 1
+  elseif (q + 1) * y <= x then
+    q = q + 1
+  end
+  return q
+end
+-- What follows runs once per call; a batch script (batch.go) makes what
+-- comes before once per batch.
+local key = KEYS[1]
+-- The request, and the first limit's rule in the same C call (a struct call
+-- costs more than the arithmetic of a decision).
+local flags, request_cost, request_now, limit1, burst1, window1, step1, counted_in1 =
+  unpack('<BI5I6I4I4I7I4I7', ARGV[1])
+-- The rules of the key beside its limits' counts (the twin of
+-- decideKeyInto): blocking (flag 32), a BlockFor of block_ms, and spacing
+-- (flag 64), a MinInterval of gap_ms, each in 6 bytes after the rules, in
+-- that order; the key's value then ends with the block's end and the end
+-- of the gap since its last admitted take (6 bytes each, ms, in the same
+-- order).
+local blocking, spacing = floor(flags / 32) % 2 == 1, floor(flags / 64) % 2 == 1
+local rules_end, block_ms, gap_ms, suffix = #ARGV[1], 0, 0, 0
+-- once (flag 128): a take made once per request (its idempotency key).
+-- An admitted one's answer is kept in the call's second key, of the same
+-- hash slot, for once_ms (6 bytes, last of all), followed by the cost it
+-- admitted (5 bytes) and how many repeats it has answered (1 byte): a
+-- repeat of at most that cost gets that answer again, with one byte more
+-- that marks it, and counts nothing, up to 8 repeats (the twin of
+-- maxRepeats); the next, or one of a larger cost, counts as a new request.
+-- A record of another layout (an answer is 1 + 25 bytes a limit) answers
+-- nothing. Never in a batch.
+local once, once_ms = flags >= 128, 0
+if once then
+  rules_end = rules_end - 6
+  once_ms = unpack('<I6', ARGV[1], rules_end + 1)
+  local first = redis.call('GET', KEYS[2])
+  if first and #first >= 32 and (#first - 7) % 25 == 0 then
+    local first_answer = sub(first, 1, #first - 6)
+    local first_cost, repeats = unpack('<I5B', first, #first - 5)
+    if repeats < 8 and request_cost <= first_cost then
+      redis.call('SET', KEYS[2], first_answer .. pack('<I5B', first_cost, repeats + 1), 'KEEPTTL')
+      return first_answer .. '\1'
+    end
+  end
+end
+if spacing then
+  rules_end, suffix = rules_end - 6, suffix + 6
+  gap_ms = unpack('<I6', ARGV[1], rules_end + 1)
+end
+if blocking then
+  rules_end, suffix = rules_end - 6, suffix + 6
+  block_ms = unpack('<I6', ARGV[1], rules_end + 1)
+end
+local n = (rules_end - 12) / 26
+-- refund: the call gives units back or counts them outside a take, and
+-- answers as a take of cost 0 would; as a penalty (flag 4), it counts cost
+-- up to the whole quota; as a reward (flag 8), it gives cost back from
+-- what is spent now, whichever window counted it; else it gives back the
+-- cost of an admitted take, in the window counted_in names.
+local refund = flags % 2 == 1
+local penalize, reward = floor(flags / 4) % 2 == 1, floor(flags / 8) % 2 == 1
+-- up_to (flag 16): a take of as much of cost as every limit has room for
+-- now (room, the least Remaining, found by a pass 0 at cost 0), and when
+-- none has any, a take of 1 that is rejected; the answer ends with what
+-- was granted (5 bytes).
+local up_to, room = floor(flags / 16) % 2 == 1, -1
+
+if floor(flags / 2) % 2 == 1 then
+  local t = redis.call('TIME')
+  request_now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+end
+
+-- The key's value: the states of the limits one after the other, each
+-- packed with the struct library (little-endian, a millisecond timestamp in
+-- 6 bytes) in its algorithm's layout, so that packing and unpacking are one
+-- C call each. A value of an unexpected length reads as no state.
+local stored = redis.pcall('GET', key)
+if type(stored) == 'table' then
+  if sub(stored.err or '', 1, 9) ~= 'WRONGTYPE' then
+    return stored -- the server's error, as it is
+  end
+  -- Not a string: another program's key under this name. That is an error
+  -- for this key alone; so that it does not hold the key off for good, it
+  -- is given the longest window as a TTL if it has none or a longer one,
+  -- after which this script writes its own state there.
+  local longest = 0
+  for i = 1, n do
+    local window, step = unpack('<I7I4', ARGV[1], 26 * i - 5)
+    longest = max(longest, window * step)
+  end
+  local ttl = redis.call('PTTL', key)
+  if ttl == -1 or ttl > longest then
+    redis.call('PEXPIRE', key, longest)
+  end
+  return redis.error_reply('WRONGTYPE limiter: the key holds a value of another type, not a rate-limit state')
+end
+-- An end further ahead than a block or a gap lasts was not set under these
+-- settings near now: it holds the key no longer than they would. While the
+-- block lasts, or the gap for a take of a cost, the call decides as a take
+-- of 0 and is then rejected (reject_rest).
+local block_end, gap_end, key_changed, reject_rest = 0, 0, false, nil
+-- A value ends with them only when what comes before is states of these
+-- limits (state_size, from the line before head.lua), or nothing: one
+-- written without them is read whole, its counts as they are.
+local states_size = stored and #stored - suffix
+-- (state_size < 0: the logs of sliding_log_prelude.lua, of any length.)
+if suffix > 0 and states_size and states_size >= 0 and (states_size == 0 or states_size == state_size * n or
+    n == 1 and states_size == state_size1 or state_size < 0 and log_part(stored, states_size, n, 1)) then
+  if blocking then
+    block_end = unpack('<I6', stored, #stored - suffix + 1)
+  end
+  if spacing then
+    gap_end = unpack('<I6', stored, #stored - 5)
+  end
+  stored = sub(stored, 1, #stored - suffix)
+end
+if block_end > request_now + block_ms then
+  block_end, key_changed = request_now + block_ms, true
+end
+if gap_end > request_now + gap_ms then
+  gap_end, key_changed = request_now + gap_ms, true
+end
+local blocked_now = false
+if not refund then
+  if block_end > request_now then
+    reject_rest, request_cost, blocked_now = block_end - request_now, 0, true
+  elseif request_cost > 0 and gap_end > request_now then
+    reject_rest, request_cost = gap_end - request_now, 0
+  end
+end
+local found = stored ~= false
+stored = stored or ''
+-- repair is set when what was read is not a state of these rules (see
+-- plausible in limits.go): it reads as what it can be, and if the call
+-- writes nothing, the key is at least given a TTL.
+local repair = false
+
+-- A take is decided in one pass over the limits, with its cost. When a limit
+-- rejects it, nothing is counted anywhere, and a second pass decides the
+-- limits that would have admitted it again at cost 0, so that their answers
+-- describe their state as it stands (the twin of decide in limits.go).
+-- value and answer gather each limit's part of the value to write and of
+-- the answer (25 bytes a limit), and admits has bit i set when limit i
+-- admits: strings and a number, no table to make on every call. A second
+-- pass builds its answer in again, keeping the first pass's part of the
+-- limits it does not decide again.
+local value, answer, again = '', '', ''
+local admitted, never, admits, exp_all = 1, 0, 0, 0
+-- With one limit, its answer is kept in these and packed with the flags in
+-- one call at the end.
+local remaining1, reset1, retry1, counted1 = 0, 0, 0, 0
+local first_pass = 1
+if up_to then
+  first_pass = 0
+end
+for pass = first_pass, 2 do
+  for i = 1, n do
+    if pass <= 1 or floor(admits / flag[i]) % 2 == 1 then
+      local limit, burst, window, step, counted_in = limit1, burst1, window1, step1, counted_in1
+      if i > 1 then
+        limit, burst, window, step, counted_in = unpack('<I4I4I7I4I7', ARGV[1], 26 * i - 13)
+      end
+      -- now in the limit's steps; a state whose time lies further ahead
+      -- than `ahead` was not written under this rule near now (other steps,
+      -- or another program): it reads as no state (the twin of rule.ahead).
+      local at, ahead = request_now, max(window, 60000)
+      if step > 1 then
+        at, ahead = idiv(request_now, step), max(window, idiv(60000 + step - 1, step))
+      end
+      local cost, now = request_cost, at
+      if pass ~= 1 then
+        cost = 0
+      end
+      -- The body reads limit i's state from stored and sets a, b, c, fmt
+      -- and exp: the state to keep, packed by the struct format fmt (or
+      -- for a log, packed already in part), which holds nothing from exp on (a take sets them when it admits, a
+      -- refund always). A take's answer is allowed (0 or 1), remaining,
+      -- reset and retry (steps; retry < 0 means never) and counted (where
+      -- an admitted cost was counted, for a refund).
+      local a, b, c, fmt, exp, part = 0, 0, 0, nil, nil, nil
+      local allowed, remaining, reset, retry, counted = 0, 0, 0, 0, 0

@@ -1,0 +1,144 @@
+      -- The tail of every script: keep limit i's part, close the loops,
+      -- write the states back and answer.
+      if pass == 1 then
+        if allowed == 0 then
+          admitted = 0
+        else
+          admits = admits + flag[i]
+        end
+        if retry < 0 then
+          never, retry = never + flag[i], 0
+        end
+        if exp and exp > at then
+          exp_all = max(exp_all, exp * step)
+        elseif exp then
+          a, b, c, part = 0, 0, 0, '\0\0' -- a state that holds nothing
+        end
+        if exp and fmt then
+          part = pack(fmt, a, b, c)
+        end
+        if n == 1 then
+          if exp then
+            value = part
+          end
+          remaining1, reset1, retry1, counted1 = remaining, reset * step, retry * step, counted
+        else
+          if exp then
+            value = value .. part
+          end
+          answer = answer .. pack('<I4I7I7I7', remaining, reset * step, retry * step, counted)
+        end
+      elseif pass == 0 then
+        if room < 0 or remaining < room then
+          room = remaining
+        end
+      else
+        -- nothing was counted
+        again = again .. pack('<I4I7I7I7', remaining, reset * step, retry * step, 0)
+      end
+    else
+      again = again .. sub(answer, 25 * i - 24, 25 * i)
+    end
+  end
+  if pass == 0 then
+    if room > 0 then
+      request_cost = min(request_cost, room)
+    else
+      request_cost = min(request_cost, 1)
+    end
+  elseif refund or admitted == 1 or n == 1 then
+    break
+  end
+end
+if again ~= '' then
+  answer = again -- the second pass ran
+end
+if not refund and not blocked_now then
+  if reject_rest or (admitted == 0 and never == 0) then
+    -- A take rejected for the gap, or one the limits reject that they
+    -- could admit later, blocks the key.
+    if blocking then
+      block_end, key_changed = request_now + block_ms, true
+      reject_rest = max(reject_rest or 0, block_ms)
+    end
+  elseif spacing and admitted == 1 and request_cost > 0 then
+    gap_end, key_changed = request_now + gap_ms, true -- the gap starts
+  end
+end
+if reject_rest then
+  -- Rejected for reject_rest: nothing remains, and each limit's retry
+  -- and reset last at least that long (the twin of Result.block).
+  admitted, never = 0, 0
+  if n == 1 then
+    retry1 = max(retry1, reject_rest)
+    remaining1, reset1, counted1 = 0, max(reset1, retry1), 0
+  else
+    local parts = ''
+    for i = 1, n do
+      local _, reset, retry = unpack('<I4I7I7', answer, 25 * i - 24)
+      retry = max(retry, reject_rest)
+      parts = parts .. pack('<I4I7I7I7', 0, max(reset, retry), retry, 0)
+    end
+    answer = parts
+  end
+end
+local granted = ''
+if up_to then
+  granted = pack('<I5', admitted * request_cost)
+end
+
+-- A refund writes every limit's state back, and so does a take that counted
+-- a cost; the key lives until the last of them holds nothing (exp_all, in
+-- ms). A block or a gap that changed is written with the states as they
+-- were read, kept as long as they were, or the block and the gap last.
+local write = refund or (admitted == 1 and request_cost > 0)
+if key_changed and not write then
+  value, write = stored, true
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 then
+    exp_all = request_now + ttl
+  end
+end
+if write and suffix > 0 then
+  if blocking then
+    value = value .. pack('<I6', block_end)
+  end
+  if spacing then
+    value = value .. pack('<I6', gap_end)
+  end
+  exp_all = max(exp_all, block_end, gap_end)
+end
+if write then
+  if exp_all > request_now then
+    redis.call('SET', key, value, 'PX', exp_all - request_now)
+  else
+    redis.call('DEL', key)
+  end
+elseif repair and redis.call('PTTL', key) == -1 then
+  -- A value that was not a state of these rules, left as it is: it gets
+  -- a TTL past any time it can still hold the key off, of the longest
+  -- limit: its time may lie ahead (by up to `ahead`), and from there its
+  -- state lasts two windows at most, or for a bucket the time to refill
+  -- its whole burst.
+  local hold = 0
+  for i = 1, n do
+    local limit, burst, window, step = unpack('<I4I4I7I4', ARGV[1], 26 * i - 13)
+    local lasts = max(2 * window, idiv(burst * window + limit - 1, limit))
+    hold = max(hold, (max(window, idiv(60000 + step - 1, step)) + lasts) * step)
+  end
+  redis.call('PEXPIRE', key, hold)
+end
+-- The answer, packed like the request: flags (1 = allowed, and 2^i when
+-- limit i can never admit the request), then for each limit remaining (4
+-- bytes), reset, retry and counted (7 each). A refund's is the state it
+-- leaves, as a take of cost 0 would see it.
+local reply
+if n == 1 then
+  reply = pack('<BI4I7I7I7', admitted + never, remaining1, reset1, retry1, counted1) .. granted
+else
+  reply = pack('<B', admitted + never) .. answer .. granted
+end
+if once and admitted == 1 then
+  redis.call('SET', KEYS[2], reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)
+end
+return reply
