@@ -44,16 +44,8 @@ func hostileReplicas(t *testing.T, b hostileBackend, srv *redistest.Server, shar
 		if cfg.KeyGenerator == nil {
 			cfg.KeyGenerator = headerKey
 		}
-		switch b.name {
-		case "redis":
-			s := redis.New(goredis.NewClient(&goredis.Options{Addr: srv.Addr()}))
-			t.Cleanup(func() { _ = s.Close() })
-			cfg.Storage = s
-		case "storage":
-			cfg.Storage = shared
-		}
 		app := fiber.New(fiber.Config{DisableStartupMessage: true})
-		app.Use(New(cfg))
+		app.Use(New(b.storeIn(t, srv, shared, cfg)))
 		app.Get("/*", func(c *fiber.Ctx) error {
 			if c.Get("X-Hold") != "" && gate != nil {
 				gate.entered <- struct{}{}
@@ -68,6 +60,20 @@ func hostileReplicas(t *testing.T, b hostileBackend, srv *redistest.Server, shar
 		hs = append(hs, app.Handler())
 	}
 	return hs
+}
+
+// storeIn returns cfg with b's Storage: a client of its own on srv for
+// redis, shared for storage, none (memory) else.
+func (b hostileBackend) storeIn(t *testing.T, srv *redistest.Server, shared fiber.Storage, cfg Config) Config {
+	switch b.name {
+	case "redis":
+		s := redis.New(goredis.NewClient(&goredis.Options{Addr: srv.Addr()}))
+		t.Cleanup(func() { _ = s.Close() })
+		cfg.Storage = s
+	case "storage":
+		cfg.Storage = shared
+	}
+	return cfg
 }
 
 // hostileSend sends one request; headers are name, value pairs.

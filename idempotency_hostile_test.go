@@ -53,16 +53,8 @@ func TestIdempotencyRefundAfterRecordReplaced(t *testing.T) {
 					IdempotencyKey: IdempotencyKeyHeader, KeyGenerator: headerKey, DisableDenyCache: true,
 				})
 				cfg.clock = clock.millis
-				switch b.name {
-				case "redis":
-					s := redis.New(goredis.NewClient(&goredis.Options{Addr: srv.Addr()}))
-					t.Cleanup(func() { _ = s.Close() })
-					cfg.Storage = s
-				case "storage":
-					cfg.Storage = shared
-				}
 				app := fiber.New(fiber.Config{DisableStartupMessage: true})
-				app.Use(New(cfg))
+				app.Use(New(b.storeIn(t, srv, shared, cfg)))
 				app.Get("/*", func(c *fiber.Ctx) error {
 					if h := c.Get("X-Hold"); h != "" {
 						entered <- h
