@@ -102,6 +102,18 @@ func TestFaultOutOfMemory(t *testing.T) {
 			require.NoError(t, admin.ConfigResetStat(ctx).Err())
 			faultWaitFor(t, "a probe", func() bool { return faultScriptCalls(t, admin) > 0 })
 			t.Logf("probed %v after memory was freed", time.Since(freed))
+			// The probe's script has run; its answer closes the breaker a
+			// moment later (longer on a loaded machine): until a fresh key
+			// reaches Redis, a request may still go to the fallback.
+			check := 0
+			faultWaitFor(t, "the breaker closed", func() bool {
+				check++
+				key := "oom-check-" + strconv.Itoa(check)
+				faultGet(replicas[0], key)
+				found, err := admin.Keys(ctx, "*"+key).Result()
+				require.NoError(t, err)
+				return len(found) > 0
+			})
 			r := faultGet(replicas[0], "oom-0") // the fallback admitted it once; Redis has not counted it
 			assert.Equal(t, "9", r.remaining, "decided in Redis")
 		})
