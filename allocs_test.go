@@ -7,6 +7,7 @@ import (
 	"github.com/fiberlimit/limiter/internal/behaviour"
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/assert"
+	"github.com/valyala/fasthttp"
 )
 
 // Once its key is tracked, a request through the in-memory middleware
@@ -42,4 +43,37 @@ func TestMiddlewareAllocatesNothing(t *testing.T) {
 			assert.Zero(t, allocs, "%s, %s", tt.Name, name)
 		}
 	}
+}
+
+// One middleware serving two apps in turn, one normalizing names and one
+// not, allocates nothing per request of its own once it has seen both: as
+// many as the same two apps without it.
+func TestSharedMiddlewareAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items")
+	}
+	allocs := func(mw fiber.Handler) float64 {
+		var handlers []fasthttp.RequestHandler
+		for _, normalizing := range []bool{true, false} {
+			app := fiber.New(fiber.Config{DisableHeaderNormalizing: !normalizing, DisableStartupMessage: true})
+			if mw != nil {
+				app.Use(mw)
+			}
+			app.Get("/", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+			handlers = append(handlers, app.Handler())
+		}
+		ctx := newBenchCtx()
+		serve := func() {
+			for _, h := range handlers {
+				ctx.Response.Reset()
+				*ctx.time = time.Now()
+				h(ctx.RequestCtx)
+			}
+		}
+		serve()
+		n := testing.AllocsPerRun(50, serve)
+		assert.Equal(t, fiber.StatusOK, ctx.Response.StatusCode())
+		return n
+	}
+	assert.Equal(t, allocs(nil), allocs(New(Config{Max: 1 << 26, Expiration: time.Hour})))
 }

@@ -1,9 +1,12 @@
 package limiter
 
+// Config checked at New: invalid values panic naming the field, and defaults fill the rest.
+
 import (
 	"testing"
 	"time"
 
+	"github.com/fiberlimit/limiter/storage/redis"
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,6 +47,8 @@ func TestInvalidConfigPanicsNamingTheField(t *testing.T) {
 		{"Key and KeyGenerator", Config{Key: headerKey, KeyGenerator: headerKey}, "limiter: Key (deprecated) and KeyGenerator are both set"},
 		{"Store and Storage", Config{Store: newMapStorage(), Storage: newMapStorage()}, "limiter: Store (deprecated) and Storage are both set"},
 		{"Duration and Expiration disagree", Config{Duration: time.Second, Expiration: 2 * time.Minute}, "limiter: Duration (deprecated) is 1s and Expiration is 2m0s"},
+		{"Store without a client", Config{Storage: &redis.Store{}}, "limiter: Storage is a storage/redis Store with no client; make it with redis.New"},
+		{"nil Store", Config{Storage: (*redis.Store)(nil)}, "limiter: Storage is a nil *redis.Store"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,4 +146,9 @@ func TestDeprecatedFieldsOverrideConfigDefault(t *testing.T) {
 	}
 	same := newMapStorage()
 	assert.NotPanics(t, func() { New(Config{Duration: time.Second, Expiration: time.Second, Store: same, Storage: same}) }, "the same value twice")
+}
+
+func TestNegativeCostFailsTheRequest(t *testing.T) {
+	app := newApp(Config{Cost: func(*fiber.Ctx) int { return -1 }}, &testClock{}, nil)
+	require.Equal(t, 500, get(t, app, "/", "").StatusCode)
 }

@@ -1,5 +1,7 @@
 package limiter
 
+// Headers written after the handler: behind proxy.Forward, under Fiber's cache, after a refund.
+
 import (
 	"net"
 	"net/http"

@@ -1,5 +1,7 @@
 package limiter
 
+// Hostile keys (huge, binary, shaped like the limiter's own keys) through every backend.
+
 import (
 	"context"
 	"crypto/sha256"

@@ -1,5 +1,7 @@
 package limiter
 
+// Idempotency records under attack: replaced, under hostile keys, planted, repeated when rejected.
+
 import (
 	"context"
 	"crypto/sha256"
@@ -19,7 +21,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// RefundOnce asks whether the request's record has answered
+// RefundIdempotent asks whether the request's record has answered
 // repeats, but the record it finds may be a newer one. A (id X) is admitted
 // and held; its 8 repeats are served on its record; the 9th repeat, B,
 // counts as a new request and replaces the record (0 repeats); A fails:
@@ -119,7 +121,7 @@ func TestIdempotencyRefundAfterRecordReplaced(t *testing.T) {
 	}
 }
 
-// client-chosen keys cannot name a record. Keys made to look like
+// Client-chosen keys cannot name a record. Keys made to look like
 // record names (with '!', "once3:", braces, the victim's digest) are spent
 // through the limiter; afterwards no state key lies in the records'
 // namespace, and a victim's record still answers its 8 repeats and no
@@ -182,7 +184,7 @@ func TestIdempotencyHostileKeys(t *testing.T) {
 	assert.Empty(t, keysWithoutTTL(t, srv))
 }
 
-// values of every length (random, tagged "once3\0" with a random
+// Values of every length (random, tagged "once3\0" with a random
 // rest, and tagged with a rejection's flags) planted at a request's record
 // name on a spent key: only a value of the exact record layout may answer
 // (and planting one needs write access to Redis).
@@ -254,7 +256,7 @@ func recordName(records, key, id, tag string) string {
 	return records + hex.EncodeToString(sum[:16]) + tag
 }
 
-// a replica's deny cache must not reject a repeat of an admitted
+// A replica's deny cache must not reject a repeat of an admitted
 // request for longer than a second, even when it holds a plain rejection of
 // the key for an hour and a rejection of that very request.
 func TestIdempotencyDenyCacheRepeat(t *testing.T) {

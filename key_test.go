@@ -1,5 +1,7 @@
 package limiter
 
+// The key a request is counted under: the client's address by default, copied before it is kept.
+
 import (
 	"net"
 	"testing"
@@ -135,4 +137,26 @@ func TestIPKey(t *testing.T) {
 	}
 	assert.PanicsWithValue(t, "limiter: IPv6Prefix is 129; it must be 0 (the default, 64) to 128 (each address on its own)", func() { New(Config{IPv6Prefix: 129}) })
 	assert.PanicsWithValue(t, "limiter: IPv6Prefix is -1; it must be 0 (the default, 64) to 128 (each address on its own)", func() { New(Config{IPv6Prefix: -1}) })
+}
+
+// A key from c.Get points into the request's buffer, which Fiber reuses;
+// what the limiter keeps must not change with it, even when the handler
+// rewrites the header in place before a refund.
+func TestKeyIsCopiedBeforeKept(t *testing.T) {
+	for _, cfg := range []Config{{}, {Storage: newMapStorage()}} {
+		cfg.Max, cfg.KeyGenerator = 1, headerKey
+		app := newApp(cfg, &testClock{}, nil)
+		require.Equal(t, 200, get(t, app, "/", "aaaa").StatusCode)
+		require.Equal(t, 200, get(t, app, "/", "bbbb").StatusCode)
+		require.Equal(t, 429, get(t, app, "/", "aaaa").StatusCode)
+		require.Equal(t, 429, get(t, app, "/", "bbbb").StatusCode)
+	}
+	cfg := Config{Max: 1, KeyGenerator: headerKey, SkipSuccessfulRequests: true}
+	app := newApp(cfg, &testClock{}, func(c *fiber.Ctx) error {
+		c.Request().Header.Set("X-Key", "zzzz")
+		return c.SendString("ok")
+	})
+	for range 3 {
+		require.Equal(t, 200, get(t, app, "/", "aaaa").StatusCode, "the refund must reach aaaa")
+	}
 }

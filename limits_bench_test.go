@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/redisengine"
 	"github.com/fiberlimit/limiter/internal/redistest"
-	"github.com/fiberlimit/limiter/storage/redis"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,17 +26,17 @@ func BenchmarkRedisLimitsCPU(b *testing.B) {
 	srv := redistest.Start(b)
 	admin := srv.Client(b)
 	ctx := context.Background()
-	store := redis.New(rbClient(srv, callers))
-	b.Cleanup(func() { require.NoError(b, store.Close()) })
+	engine := redisengine.Open(rbClient(srv, callers), nil) // the script calls of a storage/redis Store
+	b.Cleanup(func() { require.NoError(b, engine.Conn().Close()) })
 	keys := make([]string, 100_000)
 	for i := range keys {
 		keys[i] = ":" + strconv.Itoa(i)
 	}
 	// measure returns the server's µs per decision of n decisions under rules.
-	measure := func(b *testing.B, prefix string, rules []redis.Rule, n int) float64 {
+	measure := func(b *testing.B, prefix string, rules []redisengine.Rule, n int) float64 {
 		decide := func(i int) error {
-			var res [2]redis.Result
-			_, err := store.TakeAll(ctx, prefix+keys[i%len(keys)], rules, 1, res[:])
+			var res [2]redisengine.Result
+			_, err := engine.TakeAll(ctx, prefix+keys[i%len(keys)], rules, 1, res[:])
 			return err
 		}
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
@@ -48,10 +48,10 @@ func BenchmarkRedisLimitsCPU(b *testing.B) {
 		calls, usec := redistest.CommandStats(b, admin)
 		return float64(usec["evalsha"]+usec["eval"]) / float64(calls["evalsha"]+calls["eval"])
 	}
-	for _, alg := range []redis.Algorithm{redis.FixedWindow, redis.SlidingWindow, redis.TokenBucket} {
-		b.Run(map[redis.Algorithm]string{redis.FixedWindow: "fw", redis.SlidingWindow: "sw", redis.TokenBucket: "tb"}[alg], func(b *testing.B) {
-			one := []redis.Rule{{Algorithm: alg, Limit: rbMax, Window: time.Minute}}
-			two := []redis.Rule{one[0], {Algorithm: alg, Limit: 100_000_000, Window: time.Hour}}
+	for _, alg := range []redisengine.Algorithm{redisengine.FixedWindow, redisengine.SlidingWindow, redisengine.TokenBucket} {
+		b.Run(map[redisengine.Algorithm]string{redisengine.FixedWindow: "fw", redisengine.SlidingWindow: "sw", redisengine.TokenBucket: "tb"}[alg], func(b *testing.B) {
+			one := []redisengine.Rule{{Algorithm: alg, Max: rbMax, Expiration: time.Minute}}
+			two := []redisengine.Rule{one[0], {Algorithm: alg, Max: 100_000_000, Expiration: time.Hour}}
 			var ones, twos, ratios []float64
 			for range b.N {
 				measure(b, "one", one, 10*callers) // warm: the script loaded, the pool open

@@ -1,5 +1,7 @@
 package limiter
 
+// Several Limits on Redis: exact across replicas and on a cluster.
+
 import (
 	"context"
 	"strconv"

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"github.com/fiberlimit/limiter/internal/adapter"
-	rlheaders "github.com/fiberlimit/limiter/internal/headers"
 	"github.com/fiberlimit/limiter/quota"
 )
 
@@ -17,27 +16,14 @@ import (
 //   - any other fiber.Storage: get, decide, set under a lock of this
 //     process, as Fiber's own limiter does.
 
-// newEngine returns the engine and header writer of a limiter with cfg
-// (defaults applied) and algorithm alg. It panics, naming the field, when
-// cfg is invalid.
-func newEngine(cfg *Config, alg quota.Algorithm) (*quota.Limiter, *rlheaders.Writer) {
-	s := adapter.Settings{
+// newPath returns the request path of a limiter with cfg (defaults
+// applied) and algorithm alg. It panics, naming the field, when cfg is
+// invalid.
+func newPath(cfg *Config, alg quota.Algorithm) *adapter.Path {
+	return adapter.MustBuild(cfg, adapter.Settings{
 		Algorithm:      alg,
 		MaxFunc:        cfg.MaxFunc != nil,
 		IdempotencyKey: cfg.IdempotencyKey != nil,
 		Clock:          cfg.clock,
-	}
-	s.CopyFrom(cfg)
-
-	if cfg.Storage != nil {
-		s.Storage = cfg.Storage
-	}
-	for _, l := range cfg.Limits {
-		s.Limits = append(s.Limits, adapter.Limit(l))
-	}
-	engine, w, err := s.Build()
-	if err != nil {
-		panic(err.Error())
-	}
-	return engine, w
+	})
 }

@@ -1,5 +1,7 @@
 package limiter
 
+// What a limiter reports of its decisions: DryRun, OnDecision's events, their Source names.
+
 import (
 	"strings"
 	"sync"
@@ -108,7 +110,7 @@ func TestDryRunFailClosedLetsThrough(t *testing.T) {
 // limiter, FailOpen and FailClosed.
 func TestOnDecisionEvents(t *testing.T) {
 	base := DecisionEvent{Key: "k", Cost: 1, Limit: 2, Expiration: 10 * time.Second, Algorithm: "sliding_window"}
-	event := func(allowed bool, remaining int, retry time.Duration, backend string, src DecisionSource) DecisionEvent {
+	event := func(allowed bool, remaining int, retry time.Duration, backend string, src Source) DecisionEvent {
 		e := base
 		e.Allowed, e.Remaining, e.RetryAfter, e.Backend, e.Source = allowed, remaining, retry, backend, src
 		return e
@@ -204,9 +206,9 @@ func TestOnDecisionEvents(t *testing.T) {
 	}
 }
 
-// DecisionSource names are metric labels.
+// Source names are metric labels.
 func TestDecisionSourceStrings(t *testing.T) {
-	want := map[DecisionSource]string{
+	want := map[Source]string{
 		SourceBackend: "backend", SourceDenyCache: "deny_cache", SourceFallback: "fallback",
 		SourceFailOpen: "fail_open", SourceFailClosed: "fail_closed", 9: "Source(9)",
 	}

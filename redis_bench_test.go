@@ -35,6 +35,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/redisengine"
 	"github.com/fiberlimit/limiter/internal/redistest"
 	"github.com/fiberlimit/limiter/storage/redis"
 	"github.com/gofiber/fiber/v2"
@@ -110,14 +111,15 @@ func rbHandlerDecide(h fasthttp.RequestHandler, keys []string) func(int) error {
 	}
 }
 
-func rbStoreVariant(name string, alg redis.Algorithm, tag string, opts ...redis.Option) rbVariant {
+func rbStoreVariant(name string, alg redisengine.Algorithm, tag string, opts ...redis.Option) rbVariant {
 	return rbVariant{name, func(b *testing.B, srv *redistest.Server, pool int) (func(int) error, func()) {
 		store := redis.New(rbClient(srv, pool), opts...)
+		engine := redisengine.OfStore(store) // the script calls the limiter makes
 		keys := rbPrefixed("store:" + tag + ":")
-		rule := redis.Rule{Algorithm: alg, Limit: rbMax, Window: time.Minute}
+		rule := redisengine.Rule{Algorithm: alg, Max: rbMax, Expiration: time.Minute}
 		ctx := context.Background()
 		decide := func(i int) error {
-			res, err := store.Take(ctx, keys[i], rule, 1)
+			res, err := engine.Take(ctx, keys[i], rule, 1)
 			if err != nil {
 				return err
 			}
@@ -143,10 +145,10 @@ func rbHandlerVariant(name string, mw LimiterHandler) rbVariant {
 
 func rbVariants() []rbVariant {
 	return []rbVariant{
-		rbStoreVariant("store-fixed", redis.FixedWindow, "fw"),
-		rbStoreVariant("store-sliding", redis.SlidingWindow, "sw"),
-		rbStoreVariant("store-token", redis.TokenBucket, "tb"),
-		rbStoreVariant("store-fixed-unpipelined", redis.FixedWindow, "fwu", redis.WithoutPipelining()),
+		rbStoreVariant("store-fixed", redisengine.FixedWindow, "fw"),
+		rbStoreVariant("store-sliding", redisengine.SlidingWindow, "sw"),
+		rbStoreVariant("store-token", redisengine.TokenBucket, "tb"),
+		rbStoreVariant("store-fixed-unpipelined", redisengine.FixedWindow, "fwu", redis.WithoutPipelining()),
 		rbHandlerVariant("handler-fixed", FixedWindow{}),
 		rbHandlerVariant("handler-token", TokenBucket{}),
 		{"fiber-redis", func(b *testing.B, srv *redistest.Server, pool int) (func(int) error, func()) {

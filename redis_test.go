@@ -1,5 +1,7 @@
 package limiter
 
+// Redis as the Storage: exact across replicas, on a cluster, scripts flushed, TTLs, refunds, clocks.
+
 import (
 	"context"
 	"strconv"
@@ -17,74 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 )
-
-// replicaHandler builds one Fiber app ("replica") around cfg and returns its
-// handler. Requests are keyed by X-Key. Replicas in one process share their
-// state by asking for it with one Name ("replica" unless cfg has one), as
-// separate processes would by running the same code.
-func replicaHandler(cfg Config) fasthttp.RequestHandler {
-	cfg.KeyGenerator = headerKey
-	if cfg.Name == "" {
-		cfg.Name = "replica"
-	}
-	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.Use(New(cfg))
-	app.Get("/*", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
-	return app.Handler()
-}
-
-// strict makes cfg's Storage failures visible instead of handled: FailClosed
-// answers 503, which hammer reports, and the timeout is long enough for a
-// loaded machine under the race detector. A test of exactness would
-// otherwise pass a slow call to the per-replica fallback, which is right
-// in production and wrong for what such a test shows.
-func strict(cfg Config) Config {
-	cfg.FailurePolicy = FailClosed
-	cfg.StorageTimeout = 10 * time.Second
-	return cfg
-}
-
-// serveKeyed serves GET / with X-Key key on replica, and returns the
-// response's status and body.
-func serveKeyed(replica fasthttp.RequestHandler, key string) (int, []byte) {
-	var ctx fasthttp.RequestCtx
-	ctx.Request.Header.SetMethod(fasthttp.MethodGet)
-	ctx.Request.SetRequestURI("/")
-	ctx.Request.Header.Set("X-Key", key)
-	replica(&ctx)
-	return ctx.Response.StatusCode(), ctx.Response.Body()
-}
-
-// hammer sends requests for key spread over the replicas from callers
-// goroutines and returns how many were admitted. Any status but 200 and 429
-// fails the test.
-func hammer(t *testing.T, replicas []fasthttp.RequestHandler, key string, requests, callers int) int {
-	t.Helper()
-	var next, admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(requests) {
-					return
-				}
-				switch code, body := serveKeyed(replicas[i%int64(len(replicas))], key); code {
-				case fiber.StatusOK:
-					admitted.Add(1)
-				case fiber.StatusTooManyRequests:
-				default:
-					t.Errorf("status %d: %s", code, body)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return int(admitted.Load())
-}
 
 // Three replicas, each with its own client and limiter, share one Redis:
 // exactly Max requests are admitted, every round, for every algorithm, both
@@ -281,4 +215,52 @@ func TestRedisClockSkew(t *testing.T) {
 	require.Equal(t, 10, run([]func() int64{nil, nil}, "server-time"))
 	require.Greater(t, run([]func() int64{skewed(0), skewed(7 * time.Second)}, "client-time"), 10,
 		"client clocks 7 s apart should disagree on the window")
+}
+
+// SCRIPT FLUSH in a loop during load is not a storage failure: the store
+// reloads the script with EVAL, no failure reaches OnStorageError, and
+// every key is admitted exactly Max times across the replicas.
+func TestRedisScriptFlushUnderLoad(t *testing.T) {
+	for _, tc := range faultEveryPolicyBothWays() {
+		policy := tc.policy
+		t.Run(tc.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			admin := srv.Client(t)
+			var hookCalls atomic.Int64
+			replicas := faultReplicas(t, srv, tc.kind, faultReplicaN, func(int) Config {
+				cfg := faultConfig(policy)
+				cfg.StorageTimeout = faultCallsTimeout
+				cfg.OnStorageError = func(error) { hookCalls.Add(1) }
+				return cfg
+			})
+			faultRequireExact(t, replicas, "warm")
+			ctx := context.Background()
+			require.NoError(t, admin.ConfigResetStat(ctx).Err())
+
+			var stop atomic.Bool
+			var flushes atomic.Int64
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for !stop.Load() {
+					if admin.ScriptFlush(ctx).Err() == nil {
+						flushes.Add(1)
+					}
+					time.Sleep(time.Millisecond) // pacing, so that scripts run between flushes
+				}
+			}()
+			for k := range 20 {
+				faultRequireExact(t, replicas, "flush-"+strconv.Itoa(k))
+			}
+			stop.Store(true)
+			<-done
+
+			evals := redistest.CommandCalls(t, admin, "eval")
+			t.Logf("%d flushes, %d EVAL reloads, %d EVALSHA, hook calls %d",
+				flushes.Load(), evals, redistest.CommandCalls(t, admin, "evalsha"), hookCalls.Load())
+			require.Positive(t, flushes.Load())
+			require.Positive(t, evals, "no request found its script flushed")
+			require.Zero(t, hookCalls.Load(), "a flushed script reached OnStorageError")
+		})
+	}
 }

@@ -1,5 +1,7 @@
 package limiter
 
+// A fiber.Storage of plain Get and Set (mapStorage) as the limiter's backend.
+
 import (
 	"sync"
 	"testing"

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/fiberlimit/limiter"
+	"github.com/fiberlimit/limiter/internal/redisengine"
 	"github.com/fiberlimit/limiter/internal/redistest"
 	"github.com/fiberlimit/limiter/storage/redis"
 	"github.com/go-redis/redis_rate/v10"
@@ -101,14 +102,15 @@ func rbHandlerDecide(mw fiber.Handler, key string) func() error {
 	}
 }
 
-func rbStoreVariant(name string, alg redis.Algorithm, tag string, opts ...redis.Option) rbVariant {
+func rbStoreVariant(name string, alg redisengine.Algorithm, tag string, opts ...redis.Option) rbVariant {
 	return rbVariant{name, func(srv *redisServer, pool int, hook goredis.Hook) (func() error, func()) {
 		store := redis.New(rbClient(srv, pool, hook), opts...)
+		engine := redisengine.OfStore(store) // the script calls the limiter makes
 		key := "store:" + tag + ":" + rbHot
-		rule := redis.Rule{Algorithm: alg, Limit: rbMax, Window: time.Minute}
+		rule := redisengine.Rule{Algorithm: alg, Max: rbMax, Expiration: time.Minute}
 		ctx := context.Background()
 		decide := func() error {
-			res, err := store.Take(ctx, key, rule, 1)
+			res, err := engine.Take(ctx, key, rule, 1)
 			if err != nil {
 				return err
 			}
@@ -134,10 +136,10 @@ func rbHandlerVariant(name string, alg limiter.LimiterHandler) rbVariant {
 
 func rbVariants() []rbVariant {
 	return []rbVariant{
-		rbStoreVariant("store-fixed", redis.FixedWindow, "fw"),
-		rbStoreVariant("store-sliding", redis.SlidingWindow, "sw"),
-		rbStoreVariant("store-token", redis.TokenBucket, "tb"),
-		rbStoreVariant("store-fixed-unpipelined", redis.FixedWindow, "fwu", redis.WithoutPipelining()),
+		rbStoreVariant("store-fixed", redisengine.FixedWindow, "fw"),
+		rbStoreVariant("store-sliding", redisengine.SlidingWindow, "sw"),
+		rbStoreVariant("store-token", redisengine.TokenBucket, "tb"),
+		rbStoreVariant("store-fixed-unpipelined", redisengine.FixedWindow, "fwu", redis.WithoutPipelining()),
 		rbHandlerVariant("handler-fixed", limiter.FixedWindow{}),
 		rbHandlerVariant("handler-token", limiter.TokenBucket{}),
 		{"redis_rate", func(srv *redisServer, pool int, hook goredis.Hook) (func() error, func()) {
@@ -381,13 +383,14 @@ type rbMemVariant struct {
 	open func(srv *redisServer) (decide func(ip string) error, redisKey func(ip string) string, done func())
 }
 
-func rbMemStore(name string, alg redis.Algorithm, tag string) rbMemVariant {
+func rbMemStore(name string, alg redisengine.Algorithm, tag string) rbMemVariant {
 	return rbMemVariant{name, func(srv *redisServer) (func(string) error, func(string) string, func()) {
 		store := redis.New(rbClient(srv, 1, nil))
-		rule := redis.Rule{Algorithm: alg, Limit: 100, Window: time.Hour}
+		engine := redisengine.OfStore(store)
+		rule := redisengine.Rule{Algorithm: alg, Max: 100, Expiration: time.Hour}
 		key := func(ip string) string { return "limiter:" + tag + ":" + ip }
 		decide := func(ip string) error {
-			res, err := store.Take(context.Background(), key(ip), rule, 1)
+			res, err := engine.Take(context.Background(), key(ip), rule, 1)
 			if err == nil && !res.Allowed {
 				err = fmt.Errorf("%s denied", ip)
 			}
@@ -414,9 +417,9 @@ func BenchmarkRedisMemoryPerKey(b *testing.B) {
 		ips[i] = "203.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)
 	}
 	variants := []rbMemVariant{
-		rbMemStore("store-fixed", redis.FixedWindow, "fw"),
-		rbMemStore("store-sliding", redis.SlidingWindow, "sw"),
-		rbMemStore("store-token", redis.TokenBucket, "tb"),
+		rbMemStore("store-fixed", redisengine.FixedWindow, "fw"),
+		rbMemStore("store-sliding", redisengine.SlidingWindow, "sw"),
+		rbMemStore("store-token", redisengine.TokenBucket, "tb"),
 		{"redis_rate", func(srv *redisServer) (func(string) error, func(string) string, func()) {
 			client := rbClient(srv, 1, nil)
 			rl := redis_rate.NewLimiter(client)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fiberlimit/limiter"
+	"github.com/fiberlimit/limiter/internal/redisengine"
 	"github.com/fiberlimit/limiter/quota"
 	"github.com/fiberlimit/limiter/storage/redis"
 	"github.com/go-redis/redis_rate/v10"
@@ -61,14 +62,16 @@ type redisVariant struct {
 	open func(srv *redisServer, pool int) (*redisSession, error)
 }
 
-// oursStoreVariant is this module's storage/redis Store called directly.
-func oursStoreVariant(name string, alg redis.Algorithm, keys []string, opts ...redis.Option) *redisVariant {
-	return &redisVariant{name, "Store.Take", func(srv *redisServer, pool int) (*redisSession, error) {
+// oursStoreVariant is the Lua engine of this module's storage/redis Store
+// called directly, as the limiter calls it.
+func oursStoreVariant(name string, alg redisengine.Algorithm, keys []string, opts ...redis.Option) *redisVariant {
+	return &redisVariant{name, "engine Take", func(srv *redisServer, pool int) (*redisSession, error) {
 		store := redis.New(srv.client(pool), opts...)
-		rule := redis.Rule{Algorithm: alg, Limit: redisMax, Window: time.Minute}
+		engine := redisengine.OfStore(store)
+		rule := redisengine.Rule{Algorithm: alg, Max: redisMax, Expiration: time.Minute}
 		ctx := context.Background()
 		decide := func(i int) error {
-			res, err := store.Take(ctx, keys[i], rule, 1)
+			res, err := engine.Take(ctx, keys[i], rule, 1)
 			if err == nil && !res.Allowed {
 				err = errors.New("rejected")
 			}
@@ -78,17 +81,18 @@ func oursStoreVariant(name string, alg redis.Algorithm, keys []string, opts ...r
 	}}
 }
 
-// strictVariant is this module's Store called directly under a limit that
+// strictVariant is the Store's engine called directly under a limit that
 // rejects: Max 100 per 10 ms, so that the hot key's state is always full
 // (for the log, 100 entries read on every call and written on every
 // admission, 600 bytes each way). Rejections are decisions too.
-func strictVariant(name string, alg redis.Algorithm, keys []string) *redisVariant {
-	return &redisVariant{name, "Store.Take", func(srv *redisServer, pool int) (*redisSession, error) {
+func strictVariant(name string, alg redisengine.Algorithm, keys []string) *redisVariant {
+	return &redisVariant{name, "engine Take", func(srv *redisServer, pool int) (*redisSession, error) {
 		store := redis.New(srv.client(pool))
-		rule := redis.Rule{Algorithm: alg, Limit: 100, Window: 10 * time.Millisecond}
+		engine := redisengine.OfStore(store)
+		rule := redisengine.Rule{Algorithm: alg, Max: 100, Expiration: 10 * time.Millisecond}
 		ctx := context.Background()
 		decide := func(i int) error {
-			_, err := store.Take(ctx, keys[i], rule, 1)
+			_, err := engine.Take(ctx, keys[i], rule, 1)
 			return err
 		}
 		return &redisSession{func() func(int) error { return decide }, func() { _ = store.Close() }}, nil
@@ -174,13 +178,13 @@ func redisVariants(n int, o options) []*redisVariant {
 	rrKeys, rraKeys, ululeKeys := sk("rr:"), sk("rra:"), sk("ul:")
 	fiberKeys, ctxKeys := bk("fb:"), bk("h:fwc:")
 	return []*redisVariant{
-		oursStoreVariant(rOursFixed, redis.FixedWindow, sk("s:fw:")),
-		oursStoreVariant(rOursFixedUnpiped, redis.FixedWindow, sk("s:fwu:"), redis.WithoutPipelining()),
-		oursStoreVariant(rOursFixedUnbatch, redis.FixedWindow, sk("s:fwb:"), redis.WithoutBatching()),
-		oursStoreVariant(rOursSliding, redis.SlidingWindow, sk("s:sw:")),
-		oursStoreVariant(rOursToken, redis.TokenBucket, sk("s:tb:")),
-		strictVariant(rOursFixed100, redis.FixedWindow, sk("s:fw100:")),
-		strictVariant(rOursLog100, redis.SlidingLog, sk("s:sl100:")),
+		oursStoreVariant(rOursFixed, redisengine.FixedWindow, sk("s:fw:")),
+		oursStoreVariant(rOursFixedUnpiped, redisengine.FixedWindow, sk("s:fwu:"), redis.WithoutPipelining()),
+		oursStoreVariant(rOursFixedUnbatch, redisengine.FixedWindow, sk("s:fwb:"), redis.WithoutBatching()),
+		oursStoreVariant(rOursSliding, redisengine.SlidingWindow, sk("s:sw:")),
+		oursStoreVariant(rOursToken, redisengine.TokenBucket, sk("s:tb:")),
+		strictVariant(rOursFixed100, redisengine.FixedWindow, sk("s:fw100:")),
+		strictVariant(rOursLog100, redisengine.SlidingLog, sk("s:sl100:")),
 		engineVariant(rEngineFixed, sk("e:fw:"), o),
 		{rRedisRate, "Limiter.Allow", func(srv *redisServer, pool int) (*redisSession, error) {
 			client := srv.client(pool)

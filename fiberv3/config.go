@@ -2,31 +2,32 @@ package limiter
 
 import (
 	"fmt"
-	"reflect"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/adapter"
+	rlheaders "github.com/fiberlimit/limiter/internal/headers"
+	"github.com/fiberlimit/limiter/quota"
 	"github.com/gofiber/fiber/v3"
 )
 
 // Config defines the limiter. Its first fields are those of Fiber v3's own
 // middleware/limiter, by the same names, types and defaults, so that a
 // Fiber v3 config compiles after changing only the import path; the
-// fields after DisableValueRedaction are this limiter's own. An invalid
-// value makes New panic with a message that names the field.
+// fields after DisableValueRedaction are this limiter's own, and
+// docs/migration.md ("From Fiber v3") says what behaves differently. An
+// invalid value makes New panic with a message that names the field.
 type Config struct {
-	// Storage keeps the limiter's state. A storage on go-redis, such as
-	// the *Storage of github.com/gofiber/storage/redis/v3 or this
-	// module's storage/redis Store, is detected (it has Conn()) and used
-	// through atomic Lua scripts: any number of replicas sharing the Redis
-	// admit exactly the limit between them, on one Redis or a Cluster.
-	// Any other fiber.Storage is read, decided and written back under a
-	// lock of this process: exact for one process, not across replicas.
+	// Storage keeps the limiter's state: nil, in this process. A Redis storage
+	// (one with a Conn method, as gofiber/storage/redis/v3 has) is decided by
+	// atomic Lua scripts, exact across replicas, where Fiber v3 gets and sets
+	// under a process mutex; any other fiber.Storage is exact within one
+	// process only. See docs/redis.md.
 	//
 	// Optional. Default: nil (in this process's memory)
 	Storage fiber.Storage
 
 	// LimiterMiddleware chooses the algorithm: FixedWindow{},
-	// SlidingWindow{}, TokenBucket{} or SlidingLog{}.
+	// SlidingWindow{}, TokenBucket{} or SlidingLog{} (docs/algorithms.md).
 	//
 	// Optional. Default: FixedWindow{}
 	LimiterMiddleware Handler
@@ -37,29 +38,20 @@ type Config struct {
 	// Optional. Default: nil
 	Next func(c fiber.Ctx) bool
 
-	// MaxFunc, when set, returns Max for each request instead of the Max
-	// field, for limits that depend on the client (a plan, an API key). A
-	// result <= 0 means no limit for that request: it passes uncounted
-	// and without headers. Results above 2^32-1 are capped there.
-	//
-	// Left unset, or set to ConfigDefault.MaxFunc, it stands for the Max
-	// field: as in Fiber v3, New fills it with a function that returns
-	// Max before it calls LimiterMiddleware.New, so that a Handler of the
-	// user's own may call it.
+	// MaxFunc, when set, returns Max for each request (a plan, an API key).
+	// A result <= 0 leaves the request unlimited, where Fiber v3 rejects
+	// below 0; one above 2^32-1 counts as 2^32-1. Unset, or left at
+	// ConfigDefault.MaxFunc, it stands for Max: New fills in a function that
+	// returns Max before it calls LimiterMiddleware.New, as Fiber v3 does.
 	//
 	// Optional. Default: a function that returns Max
 	MaxFunc func(c fiber.Ctx) int
 
-	// ExpirationFunc, when set, returns Expiration for each request
-	// instead of the Expiration field; a result <= 0 means Expiration. A
-	// key's count under one window is kept apart from its count under
-	// another, so the results should come from a fixed set (one per plan
-	// or route): a result that changes from request to request, such as
-	// the time left to a deadline, gives every request a fresh count and
-	// limits nothing.
-	//
-	// Left unset, it stands for the Expiration field: New fills it with a
-	// function that returns Expiration, as MaxFunc with Max.
+	// ExpirationFunc, when set, returns Expiration for each request, to the
+	// millisecond; a result <= 0 means Expiration. A key is counted apart
+	// under each window, so the results must come from a fixed set (one per
+	// plan or route): one that changes per request, such as the time left to
+	// a deadline, limits nothing. Unset, New fills it in as MaxFunc.
 	//
 	// Optional. Default: a function that returns Expiration
 	ExpirationFunc func(c fiber.Ctx) time.Duration
@@ -143,8 +135,9 @@ type Config struct {
 	IPv6Prefix int
 
 	// Name tells apart limiters that share a Storage with the same
-	// algorithm and windows (one per route, say): each must have its own,
-	// or the same Name to share one count. It holds no ':', '{' or '}'.
+	// algorithm and windows (one per route, say): each must have its own, or
+	// the same Name to share one count. It holds no ':', '{' or '}'. See
+	// docs/algorithms.md, "Several limits, several limiters".
 	//
 	// Optional. Default: ""
 	Name string
@@ -158,7 +151,7 @@ type Config struct {
 	Limits []Limit
 
 	// Headers chooses the rate-limit headers: HeadersXRateLimit,
-	// HeadersIETF, HeadersBoth or HeadersNone.
+	// HeadersIETF, HeadersBoth or HeadersNone (docs/headers.md).
 	//
 	// Optional. Default: HeadersXRateLimit
 	Headers HeaderMode
@@ -180,70 +173,56 @@ type Config struct {
 	// Optional. Default: false
 	DryRun bool
 
-	// OnDecision, when set, is called with every decision, for logs and
-	// metrics.
+	// OnDecision, when set, is called with every decision (a DecisionEvent),
+	// for logs and metrics.
 	//
 	// Optional. Default: nil
 	OnDecision func(c fiber.Ctx, e DecisionEvent)
 
-	// MinInterval, when above 0, is the least time between two admitted
-	// requests of a client: "and no two requests closer than 200 ms". One
-	// that comes sooner gets 429 with Retry-After the rest of the wait, and
-	// counts nothing. On Redis every replica keeps it. At most a year.
+	// MinInterval is the least time between two admitted requests of a
+	// client, at most a year (quota.Config.MinInterval).
 	//
 	// Optional. Default: 0 (none)
 	MinInterval time.Duration
 
-	// BlockFor, when above 0, holds off a client that the limiter rejected
-	// (for a request that could be admitted later) for this long after the
-	// rejection, whatever its counts: its requests get 429 with Retry-After
-	// the rest of the block. On Redis every replica holds it off. At most a
-	// year.
+	// BlockFor holds a client off for this long after a rejection, at most a
+	// year (quota.Config.BlockFor).
 	//
 	// Optional. Default: 0 (none)
 	BlockFor time.Duration
 
-	// IdempotencyKey, when set, names each request for its retries (the
-	// HTTP Idempotency-Key header: IdempotencyKeyHeader): a request whose
-	// key and IdempotencyKey repeat an admitted one within IdempotencyTTL
-	// gets its decision again, with the same status and headers, and
-	// counts nothing, up to 8 repeats (the next counts as a new request).
-	// The handler runs for every repeat: the limiter keeps decisions, not
-	// responses. A rejected request's retry is decided afresh (it counted
-	// nothing), and so is the retry of one whose cost Skip*Requests gave
-	// back, or one of a larger Cost. Since every repeat runs the handler,
-	// do not name requests whose repeats are what is to be limited (login
-	// attempts). "" counts the request as usual. On Redis the check and the
-	// count are one script call, exact across replicas; in memory and
-	// other Storage the decisions are kept in this process
-	// (IdempotencyKeys). Not with MaxFunc or ExpirationFunc: New panics.
+	// IdempotencyKey names a request for its retries (IdempotencyKeyHeader
+	// reads its Idempotency-Key header): a repeat of an admitted request within
+	// IdempotencyTTL gets the same decision and counts nothing, yet runs the
+	// handler, so leave out requests whose repeats are to be limited (logins).
+	// Not with MaxFunc or ExpirationFunc of your own: New panics. See
+	// quota.Limiter.TakeIdempotent.
 	//
 	// Optional. Default: nil (none)
 	IdempotencyKey func(c fiber.Ctx) string
 
-	// IdempotencyTTL is how long a request's decision is kept for its
-	// repeats (see IdempotencyKey), at most 365 days.
+	// IdempotencyTTL is how long a decision is kept for its repeats, at
+	// most 365 days.
 	//
 	// Optional. Default: 1 hour
 	IdempotencyTTL time.Duration
 
-	// IdempotencyKeys bounds the decisions kept for repeats in this
-	// process (in memory and other Storage; Redis keeps its own, each for
-	// IdempotencyTTL), about 400 bytes each: past it the oldest go. At
-	// most 2^24.
+	// IdempotencyKeys bounds the decisions this process keeps for repeats
+	// (quota.Config.IdempotencyKeys).
 	//
 	// Optional. Default: 8192
 	IdempotencyKeys int
 
-	// MaxKeys bounds the keys kept in memory (in memory, or by
-	// FailFallback); under SlidingLog, so do 256 MiB of logs.
+	// MaxKeys bounds the keys this process keeps in memory (without Storage,
+	// or FailFallback's); see quota.Config.MaxKeys.
 	//
 	// Optional. Default: 1 << 20
 	MaxKeys int
 
 	// FailurePolicy says what happens to a request when Storage fails or
-	// its breaker is open. Under FailFallback a Redis call that timed out
-	// is rejected (429) until the breaker opens: Redis may still count it.
+	// its breaker is open (docs/failure-handling.md). Under FailFallback a
+	// Redis call that timed out is rejected (429) until the breaker opens:
+	// Redis may still count it.
 	//
 	// Optional. Default: FailFallback
 	FailurePolicy FailurePolicy
@@ -302,20 +281,18 @@ type Limit struct {
 }
 
 // ConfigDefault is the config New uses when given none, and whose values
-// fill the fields a config leaves unset.
+// fill the fields a config leaves unset; they are package quota's
+// defaults, which also fill KeyPrefix, MaxKeys and the Storage settings.
 var ConfigDefault = Config{
-	Max:          defaultMax,
-	Expiration:   1 * time.Minute,
-	MaxFunc:      maxOf(defaultMax),
+	Max:          quota.DefaultMax,
+	Expiration:   quota.DefaultExpiration,
+	MaxFunc:      maxOf(quota.DefaultMax),
 	KeyGenerator: defaultKeyGenerator,
 	LimitReached: func(c fiber.Ctx) error {
 		return c.SendStatus(fiber.StatusTooManyRequests)
 	},
 	LimiterMiddleware: FixedWindow{},
 }
-
-// defaultMax is ConfigDefault's Max.
-const defaultMax = 5
 
 // configDefault fills the fields of config left unset from ConfigDefault,
 // and MaxFunc and ExpirationFunc, when they stand for Max and Expiration,
@@ -346,8 +323,8 @@ func configDefault(config ...Config) Config {
 	}
 	if cfg.LimiterMiddleware == nil {
 		cfg.LimiterMiddleware = ConfigDefault.LimiterMiddleware
-	} else if v := reflect.ValueOf(cfg.LimiterMiddleware); v.Kind() == reflect.Pointer && v.IsNil() {
-		panic(fmt.Sprintf("limiter: LimiterMiddleware is a nil %v; use FixedWindow{}, SlidingWindow{}, TokenBucket{}, SlidingLog{} or leave it nil for the default", v.Type()))
+	} else if err := adapter.CheckMiddleware(cfg.LimiterMiddleware); err != nil {
+		panic(err.Error())
 	}
 	if standsForMax(cfg.MaxFunc) {
 		cfg.MaxFunc = maxOf(cfg.Max)
@@ -363,3 +340,66 @@ func configDefault(config ...Config) Config {
 func IdempotencyKeyHeader(c fiber.Ctx) string {
 	return string([]byte(c.Get("Idempotency-Key")))
 }
+
+// The engine's names that a Config and its hooks use, so that they need
+// no other import. Package quota documents each in full.
+type (
+	// FailurePolicy says what happens to a request while Storage fails or
+	// the breaker keeps requests off it (Config.FailurePolicy):
+	// FailFallback, the default, decides it in this replica's memory (N
+	// replicas then admit up to N times the limit); FailOpen admits it
+	// uncounted; FailClosed answers 503 with a Retry-After of the
+	// breaker's cool-down. docs/failure-handling.md compares them.
+	FailurePolicy = quota.FailurePolicy
+	// HeaderMode chooses the rate-limit headers of a response
+	// (Config.Headers): HeadersXRateLimit, the default and Fiber's
+	// (X-Ratelimit-Limit, -Remaining and -Reset), HeadersIETF
+	// (RateLimit-Policy and RateLimit, as in
+	// draft-ietf-httpapi-ratelimit-headers-10), HeadersBoth, or
+	// HeadersNone. Retry-After goes with every rejection that can succeed
+	// later.
+	HeaderMode = rlheaders.Mode
+	// DecisionEvent describes one decision, for Config.OnDecision.
+	DecisionEvent = quota.DecisionEvent
+	// Source says what answered a decision (DecisionEvent.Source): the
+	// backend, the deny cache, the fallback, FailOpen, FailClosed, or the
+	// first decision of a repeated request.
+	Source = quota.Source
+	// StorageError is what Config.OnStorageError receives: a report of
+	// failed storage calls, or, with Failures 0, a warning about the
+	// storage's settings.
+	StorageError = quota.StorageError
+)
+
+// The values of the types above.
+const (
+	FailFallback FailurePolicy = quota.FailFallback
+	FailOpen     FailurePolicy = quota.FailOpen
+	FailClosed   FailurePolicy = quota.FailClosed
+
+	HeadersXRateLimit HeaderMode = rlheaders.XRateLimit
+	HeadersIETF       HeaderMode = rlheaders.IETF
+	HeadersBoth       HeaderMode = rlheaders.Both
+	HeadersNone       HeaderMode = rlheaders.None
+
+	SourceBackend    Source = quota.SourceBackend
+	SourceDenyCache  Source = quota.SourceDenyCache
+	SourceFallback   Source = quota.SourceFallback
+	SourceFailOpen   Source = quota.SourceFailOpen
+	SourceFailClosed Source = quota.SourceFailClosed
+	SourceRepeat     Source = quota.SourceRepeat
+)
+
+// Never is DecisionEvent.RetryAfter for a request that can never be
+// admitted: its cost exceeds the limit (or the token bucket's Burst). No
+// Retry-After header goes with it.
+const Never = quota.Never
+
+var (
+	// ErrStorageTimeout is the error of a storage call that did not
+	// answer within Config.StorageTimeout.
+	ErrStorageTimeout = quota.ErrStorageTimeout
+	// ErrStorageEvicts is wrapped by the warning about a Redis that may
+	// evict the limiter's keys at its memory limit.
+	ErrStorageEvicts = quota.ErrStorageEvicts
+)

@@ -1,5 +1,7 @@
 package limiter
 
+// Config: Fiber v3's own limiter config compiles here, the defaults, and invalid values.
+
 import (
 	"net/http/httptest"
 	"testing"
@@ -98,9 +100,17 @@ func TestConfigPanics(t *testing.T) {
 			"limiter: Limits and ExpirationFunc are both set; ExpirationFunc sets the Expiration of a single limit: use Max and Expiration with it, or Limits without it"},
 		{"bad Name", Config{Name: "a:b"}, `limiter: Name "a:b" contains ':'; it must not contain ':', '{' or '}' (it is a part of every key in Storage, and braces would make it a Redis Cluster hash tag)`},
 		{"Headers and DisableHeaders", Config{DisableHeaders: true, Headers: HeadersIETF}, "limiter: DisableHeaders is true but Headers is IETF; set only Headers (HeadersNone)"},
+		{"nil pointer algorithm", Config{LimiterMiddleware: (*SlidingWindow)(nil)}, "limiter: LimiterMiddleware is a nil *limiter.SlidingWindow; use FixedWindow{}, SlidingWindow{}, TokenBucket{}, SlidingLog{} or leave it nil for the default"},
+		{"nil func algorithm", Config{LimiterMiddleware: funcHandler(nil)}, "limiter: LimiterMiddleware is a nil limiter.funcHandler; use FixedWindow{}, SlidingWindow{}, TokenBucket{}, SlidingLog{} or leave it nil for the default"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.PanicsWithValue(t, tc.want, func() { New(tc.cfg) })
 		})
 	}
 }
+
+// funcHandler is a Handler of the user's own that is a func type, for the
+// typed nil that New must refuse.
+type funcHandler func(*Config) fiber.Handler
+
+func (f funcHandler) New(cfg *Config) fiber.Handler { return f(cfg) }

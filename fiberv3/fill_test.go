@@ -1,5 +1,7 @@
 package limiter
 
+// MaxFunc and ExpirationFunc filled in when unset, as Fiber v3 does, for every Handler.
+
 import (
 	"fmt"
 	"net/http/httptest"

@@ -10,14 +10,16 @@ import (
 )
 
 // Config defines the limiter. Its fields are those of the Fiber
-// middlewares of this module, in net/http's terms. An invalid value makes
-// New panic with a message that names the field.
+// middlewares of this module, in net/http's terms, with a go-redis client
+// (Redis) in place of a fiber.Storage; package quota's Config documents
+// the engine's settings in full. An invalid value makes New panic with a
+// message that names the field.
 type Config struct {
-	// Algorithm decides under each limit: quota.FixedWindow,
-	// quota.SlidingWindow, quota.TokenBucket or quota.SlidingLog.
+	// Algorithm decides under each limit: FixedWindow, SlidingWindow,
+	// TokenBucket or SlidingLog, as docs/algorithms.md compares them.
 	//
-	// Optional. Default: quota.FixedWindow
-	Algorithm quota.Algorithm
+	// Optional. Default: FixedWindow
+	Algorithm Algorithm
 
 	// Next skips the limiter for a request when it returns true: the
 	// request is neither counted nor given rate-limit headers.
@@ -27,14 +29,14 @@ type Config struct {
 
 	// Max is the number of requests (units of Cost) a key may make per
 	// Expiration; for TokenBucket, the refill rate. 0 to 2^32-1, and for
-	// quota.SlidingLog at most 10,000, of all Limits together (and no
-	// MaxFunc).
+	// SlidingLog at most 10,000, of all Limits together (and no MaxFunc).
 	//
 	// Optional. Default: 5
 	Max int
 
 	// MaxFunc, when set, returns Max for each request instead of the Max
-	// field; a result <= 0 means no limit for that request.
+	// field; a result <= 0 means no limit for that request. See
+	// quota.Config.VaryMax.
 	//
 	// Optional. Default: nil
 	MaxFunc func(r *http.Request) int
@@ -82,21 +84,21 @@ type Config struct {
 	// Optional. Default: false
 	DisableHeaders bool
 
-	// Redis, when set, keeps every key's state in Redis through atomic Lua
-	// scripts: any number of replicas sharing it admit exactly the limit
-	// between them (a plain, Sentinel failover, Cluster or Ring client).
+	// Redis, when set, keeps every key's state in Redis (a plain, Sentinel
+	// failover, Cluster or Ring client), decided by atomic Lua scripts: any
+	// number of replicas sharing it admit exactly the limit between them. See
+	// docs/redis.md.
 	//
 	// Optional. Default: nil (state in this process, or in Storage)
 	Redis goredis.UniversalClient
 
-	// Storage, when set and Redis is not, keeps state in a key-value
-	// store. One on go-redis (the *Storage of gofiber/storage/redis/v3,
-	// this module's storage/redis Store) is used as Redis is; any other is
-	// read, decided and written back under a lock of this process: exact
-	// for one process, not across replicas.
+	// Storage, when set and Redis is not, keeps state in a key-value store. A
+	// go-redis one (with a Conn method, as gofiber/storage/redis/v3 and this
+	// module's storage/redis have) is used as Redis is; any other is exact for
+	// one process, not across replicas.
 	//
 	// Optional. Default: nil
-	Storage quota.Storage
+	Storage Storage
 
 	// Burst is TokenBucket's capacity; 0 means Max.
 	//
@@ -122,20 +124,19 @@ type Config struct {
 	IPv6Prefix int
 
 	// Name tells apart limiters that share Redis or Storage with the same
-	// algorithm and windows: each must have its own, or the same Name to
-	// share one count.
+	// algorithm and windows; see quota.Config.Name.
 	//
 	// Optional. Default: ""
 	Name string
 
 	// Limits are several limits decided together, such as 10 per second
-	// and 1000 per hour. Up to 4; Max, Expiration, Burst and MaxFunc are
-	// then left unset.
+	// and 1000 per hour (quota.Config.Limits). Up to 4; Max, Expiration, Burst
+	// and MaxFunc are then left unset.
 	//
 	// Optional. Default: nil (Max per Expiration)
 	Limits []Limit
 
-	// Headers chooses the rate-limit headers.
+	// Headers chooses the rate-limit headers, as HeaderMode says.
 	//
 	// Optional. Default: HeadersXRateLimit
 	Headers HeaderMode
@@ -157,73 +158,58 @@ type Config struct {
 	// Optional. Default: false
 	DryRun bool
 
-	// OnDecision, when set, is called with every decision.
+	// OnDecision, when set, is called with every decision, on the request's
+	// goroutine.
 	//
 	// Optional. Default: nil
-	OnDecision func(r *http.Request, e quota.DecisionEvent)
+	OnDecision func(r *http.Request, e DecisionEvent)
 
-	// MinInterval, when above 0, is the least time between two admitted
-	// requests of a client: "and no two requests closer than 200 ms". One
-	// that comes sooner gets 429 with Retry-After the rest of the wait, and
-	// counts nothing. On Redis every replica keeps it. At most a year.
+	// MinInterval, when above 0, spaces a client's admitted requests by at
+	// least this much; see quota.Config.MinInterval.
 	//
 	// Optional. Default: 0 (none)
 	MinInterval time.Duration
 
-	// BlockFor, when above 0, holds off a client that the limiter rejected
-	// (for a request that could be admitted later) for this long after the
-	// rejection, whatever its counts: its requests get 429 with Retry-After
-	// the rest of the block. On Redis every replica holds it off. At most a
-	// year.
+	// BlockFor, when above 0, rejects a client's requests for this long
+	// after one is rejected; see quota.Config.BlockFor.
 	//
 	// Optional. Default: 0 (none)
 	BlockFor time.Duration
 
-	// IdempotencyKey, when set, names each request for its retries (the
-	// HTTP Idempotency-Key header: IdempotencyKeyHeader): a request whose
-	// key and IdempotencyKey repeat an admitted one within IdempotencyTTL
-	// gets its decision again, with the same status and headers, and
-	// counts nothing, up to 8 repeats (the next counts as a new request).
-	// The handler runs for every repeat: the limiter keeps decisions, not
-	// responses. A rejected request's retry is decided afresh (it counted
-	// nothing), and so is the retry of one whose cost Skip*Requests gave
-	// back, or one of a larger Cost. Since every repeat runs the handler,
-	// do not name requests whose repeats are what is to be limited (login
-	// attempts). "" counts the request as usual. On Redis the check and the
-	// count are one script call, exact across replicas; in memory and
-	// other Storage the decisions are kept in this process
-	// (IdempotencyKeys). Not with MaxFunc: New panics.
+	// IdempotencyKey, when set, names each request for its retries, as
+	// IdempotencyKeyHeader does: a retry of an admitted request within
+	// IdempotencyTTL is answered with its first decision and counts nothing,
+	// but reaches the handler, so it is no guard for requests whose repeats
+	// are the thing to limit. Not with MaxFunc: New panics. See
+	// quota.Limiter.TakeIdempotent.
 	//
 	// Optional. Default: nil (none)
 	IdempotencyKey func(r *http.Request) string
 
-	// IdempotencyTTL is how long a request's decision is kept for its
-	// repeats (see IdempotencyKey), at most 365 days.
+	// IdempotencyTTL bounds how long a first decision answers its retries;
+	// see quota.Config.IdempotencyTTL.
 	//
 	// Optional. Default: 1 hour
 	IdempotencyTTL time.Duration
 
-	// IdempotencyKeys bounds the decisions kept for repeats in this
-	// process (in memory and other Storage; Redis keeps its own, each for
-	// IdempotencyTTL), about 400 bytes each: past it the oldest go. At
-	// most 2^24.
+	// IdempotencyKeys bounds the first decisions kept in this process; see
+	// quota.Config.IdempotencyKeys.
 	//
 	// Optional. Default: 8192
 	IdempotencyKeys int
 
-	// MaxKeys bounds the keys kept in memory; under quota.SlidingLog, so
-	// do 256 MiB of logs.
+	// MaxKeys bounds the keys kept in memory; see quota.Config.MaxKeys.
 	//
 	// Optional. Default: 1 << 20
 	MaxKeys int
 
 	// FailurePolicy says what happens to a request when Redis or Storage
-	// fails: quota.FailFallback, quota.FailOpen or quota.FailClosed. Under
-	// FailFallback a Redis call that timed out is rejected (429) until the
-	// breaker opens: Redis may still count it.
+	// fails: FailFallback, FailOpen or FailClosed, as docs/failure-handling.md
+	// tells (a Redis call that timed out is answered 429 until the breaker
+	// opens: Redis may still count it).
 	//
-	// Optional. Default: quota.FailFallback
-	FailurePolicy quota.FailurePolicy
+	// Optional. Default: FailFallback
+	FailurePolicy FailurePolicy
 
 	// StorageTimeout bounds each Redis or Storage call; a slower call is a
 	// failure, decided by FailurePolicy. 0 (the default) or at least 1 ms.
@@ -243,8 +229,8 @@ type Config struct {
 	// Optional. Default: 500 * time.Millisecond
 	BreakerCooldown time.Duration
 
-	// OnStorageError receives failed calls as a *quota.StorageError, at
-	// most one a second, and warnings about the store's settings.
+	// OnStorageError receives failed calls as a *StorageError, at most one a
+	// second, and warnings about the store's settings.
 	//
 	// Optional. Default: nil (warnings go to the standard logger)
 	OnStorageError func(err error)
@@ -276,26 +262,75 @@ type Limit struct {
 	PolicyName string
 }
 
-// HeaderMode chooses which rate-limit headers a response carries.
-// Retry-After is sent with every rejection that can succeed later, in every
-// mode.
-type HeaderMode = headers.Mode
-
-const (
-	// HeadersXRateLimit sends X-Ratelimit-Limit, X-Ratelimit-Remaining and
-	// X-Ratelimit-Reset (so spelled on the wire). The default.
-	HeadersXRateLimit = headers.XRateLimit
-	// HeadersIETF sends RateLimit-Policy and RateLimit, the fields of
-	// draft-ietf-httpapi-ratelimit-headers-10.
-	HeadersIETF = headers.IETF
-	// HeadersBoth sends both sets.
-	HeadersBoth = headers.Both
-	// HeadersNone sends no rate-limit headers.
-	HeadersNone = headers.None
-)
-
 // IdempotencyKeyHeader is an IdempotencyKey: the request's
 // Idempotency-Key header, or "" when it has none.
 func IdempotencyKeyHeader(r *http.Request) string {
 	return r.Header.Get("Idempotency-Key")
 }
+
+// The engine's names that a Config and its hooks use, so that they need
+// no other import. Package quota documents each in full.
+type (
+	// Algorithm chooses how a key's requests are counted
+	// (Config.Algorithm): FixedWindow, the default, SlidingWindow,
+	// TokenBucket or SlidingLog. docs/algorithms.md compares them.
+	Algorithm = quota.Algorithm
+	// FailurePolicy says what happens to a request while Redis or Storage
+	// fails (Config.FailurePolicy): FailFallback, the default, decides it
+	// in this process's memory; FailOpen admits it uncounted; FailClosed
+	// answers 503.
+	FailurePolicy = quota.FailurePolicy
+	// HeaderMode chooses the rate-limit headers of a response
+	// (Config.Headers): HeadersXRateLimit, the default (X-Ratelimit-Limit,
+	// -Remaining and -Reset), HeadersIETF (RateLimit-Policy and
+	// RateLimit), HeadersBoth, or HeadersNone. Retry-After goes with every
+	// rejection that can succeed later.
+	HeaderMode = headers.Mode
+	// DecisionEvent describes one decision, for Config.OnDecision.
+	DecisionEvent = quota.DecisionEvent
+	// Source says what answered a decision (DecisionEvent.Source).
+	Source = quota.Source
+	// StorageError is what Config.OnStorageError receives.
+	StorageError = quota.StorageError
+	// Storage is any store with Fiber's Get, Set and Delete, for
+	// Config.Storage; one that also has Conn() (a go-redis client) is
+	// decided by Redis's Lua scripts, atomically.
+	Storage = quota.Storage
+)
+
+// The values of the types above.
+const (
+	FixedWindow   Algorithm = quota.FixedWindow
+	SlidingWindow Algorithm = quota.SlidingWindow
+	TokenBucket   Algorithm = quota.TokenBucket
+	SlidingLog    Algorithm = quota.SlidingLog
+
+	FailFallback FailurePolicy = quota.FailFallback
+	FailOpen     FailurePolicy = quota.FailOpen
+	FailClosed   FailurePolicy = quota.FailClosed
+
+	HeadersXRateLimit HeaderMode = headers.XRateLimit
+	HeadersIETF       HeaderMode = headers.IETF
+	HeadersBoth       HeaderMode = headers.Both
+	HeadersNone       HeaderMode = headers.None
+
+	SourceBackend    Source = quota.SourceBackend
+	SourceDenyCache  Source = quota.SourceDenyCache
+	SourceFallback   Source = quota.SourceFallback
+	SourceFailOpen   Source = quota.SourceFailOpen
+	SourceFailClosed Source = quota.SourceFailClosed
+	SourceRepeat     Source = quota.SourceRepeat
+)
+
+// Never is DecisionEvent.RetryAfter for a request that can never be
+// admitted: its cost exceeds the limit (or the token bucket's Burst).
+const Never = quota.Never
+
+var (
+	// ErrStorageTimeout is the error of a call that did not answer within
+	// Config.StorageTimeout.
+	ErrStorageTimeout = quota.ErrStorageTimeout
+	// ErrStorageEvicts is wrapped by the warning about a Redis that may
+	// evict the limiter's keys at its memory limit.
+	ErrStorageEvicts = quota.ErrStorageEvicts
+)

@@ -12,7 +12,7 @@
 package nethttp
 
 import (
-	"context"
+	"cmp"
 	"net"
 	"net/http"
 	"strconv"
@@ -28,15 +28,11 @@ import (
 // the field.
 func New(cfg Config) func(http.Handler) http.Handler {
 	if cfg.Algorithm == 0 {
-		cfg.Algorithm = quota.FixedWindow
+		cfg.Algorithm = FixedWindow
 	}
 	if len(cfg.Limits) == 0 {
-		if cfg.Max == 0 {
-			cfg.Max = 5
-		}
-		if cfg.Expiration == 0 {
-			cfg.Expiration = time.Minute
-		}
+		cfg.Max = cmp.Or(cfg.Max, quota.DefaultMax)
+		cfg.Expiration = cmp.Or(cfg.Expiration, quota.DefaultExpiration)
 	} else if cfg.Max != 0 || cfg.Expiration != 0 {
 		panic("limiter: Limits is set, and so are Max (" + strconv.Itoa(cfg.Max) + ") or Expiration (" + cfg.Expiration.String() + "); set each limit's Max and Expiration in Limits only")
 	}
@@ -49,24 +45,12 @@ func New(cfg Config) func(http.Handler) http.Handler {
 		IdempotencyKey: cfg.IdempotencyKey != nil,
 		Clock:          cfg.clock,
 	}
-	s.CopyFrom(&cfg)
-
-	switch {
-	case cfg.Redis != nil:
+	if cfg.Redis != nil {
 		s.Storage = cfg.Redis
-	case cfg.Storage != nil:
-		s.Storage = cfg.Storage
 	}
-	for _, l := range cfg.Limits {
-		s.Limits = append(s.Limits, adapter.Limit(l))
-	}
-	engine, w, err := s.Build()
-	if err != nil {
-		panic(err.Error())
-	}
-	l := &limiter{cfg: cfg, engine: engine, headers: w}
+	l := &limiter{cfg: cfg, Path: adapter.MustBuild(&cfg, s)}
 	if l.cfg.KeyGenerator == nil {
-		bits := orDefault(cfg.IPv6Prefix, clientaddr.DefaultIPv6Prefix)
+		bits := cmp.Or(cfg.IPv6Prefix, clientaddr.DefaultIPv6Prefix)
 		l.cfg.KeyGenerator = func(r *http.Request) string { return remoteKey(r, bits) }
 	}
 	if l.cfg.LimitReached == nil {
@@ -77,14 +61,6 @@ func New(cfg Config) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serve(w, r, next) })
 	}
-}
-
-// orDefault is v, or def when v is 0.
-func orDefault(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // remoteKey is the key of the client at r.RemoteAddr ("host:port").
@@ -98,9 +74,8 @@ func remoteKey(r *http.Request, bits int) string {
 
 // limiter is the one middleware body for every algorithm and backend.
 type limiter struct {
-	cfg     Config
-	engine  *quota.Limiter
-	headers *headers.Writer
+	*adapter.Path
+	cfg Config
 }
 
 func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -108,50 +83,40 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		next.ServeHTTP(w, r)
 		return
 	}
-	max := 0
+	req := adapter.Request{Cost: 1}
 	if l.cfg.MaxFunc != nil {
-		if max = l.cfg.MaxFunc(r); max <= 0 {
+		if req.First.Max = l.cfg.MaxFunc(r); req.First.Max <= 0 {
 			next.ServeHTTP(w, r)
 			return
 		}
 	}
-	cost := 1
 	if l.cfg.Cost != nil {
-		if cost = l.cfg.Cost(r); cost < 0 {
-			http.Error(w, "limiter: Cost returned "+strconv.Itoa(cost)+"; it must be >= 0", http.StatusInternalServerError)
+		if req.Cost = l.cfg.Cost(r); req.Cost < 0 {
+			http.Error(w, "limiter: Cost returned "+strconv.Itoa(req.Cost)+"; it must be >= 0", http.StatusInternalServerError)
 			return
 		}
 	}
-	key := l.cfg.KeyGenerator(r)
-	var start time.Time
+	req.Key = l.cfg.KeyGenerator(r)
 	if l.cfg.OnDecision != nil {
-		start = time.Now()
+		req.Start = time.Now()
+	}
+	if l.cfg.IdempotencyKey != nil && req.First == (quota.Limit{}) {
+		req.Idempotent, req.ID = true, l.cfg.IdempotencyKey(r)
 	}
 	var res quota.Result
-	var err error
-	var id string // the request's IdempotencyKey
-	switch {
-	case max > 0:
-		res, err = l.engine.TakeWith(r.Context(), key, cost, quota.Limit{Max: max})
-	case l.cfg.IdempotencyKey != nil:
-		id = l.cfg.IdempotencyKey(r)
-		res, err = l.engine.TakeOnce(r.Context(), key, id, cost)
-	default:
-		err = l.engine.TakeInto(r.Context(), key, cost, &res)
-	}
-	if err != nil {
+	if err := l.Take(r.Context(), &req, &res); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	if l.cfg.OnDecision != nil {
-		l.report(r, key, cost, &res, start)
+		l.cfg.OnDecision(r, l.Event(&req, &res))
 	}
 	switch res.Source() {
 	case quota.SourceFailOpen:
 		next.ServeHTTP(w, r)
 		return
 	case quota.SourceFailClosed:
-		if l.cfg.DryRun {
+		if l.DryRun {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -165,15 +130,15 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return
 	}
-	if !res.Allowed() && !l.cfg.DryRun {
+	if !res.Allowed() && !l.DryRun {
 		var out headers.Out
-		l.headers.Write(&out, fields(w.Header()), &res, key, false)
+		l.Headers.Write(&out, fields(w.Header()), &res, req.Key, false)
 		setFields(w.Header(), &out)
 		markRejected(w)
 		l.cfg.LimitReached.ServeHTTP(w, r)
 		return
 	}
-	rw := &responseWriter{ResponseWriter: w, l: l, r: r, key: key, id: id, cost: cost, res: res}
+	rw := &responseWriter{ResponseWriter: w, l: l, r: r, req: req, res: res}
 	returned := false
 	defer func() {
 		// The handler panicked (or called runtime.Goexit) before its status
@@ -185,39 +150,4 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	next.ServeHTTP(rw, r)
 	returned = true
 	rw.before(http.StatusOK) // a handler that wrote nothing answers 200
-}
-
-// report calls OnDecision with the result res on key, taken since start.
-func (l *limiter) report(r *http.Request, key string, cost int, res *quota.Result, start time.Time) {
-	i := res.TightestIndex()
-	d := res.Decisions()[i]
-	l.cfg.OnDecision(r, quota.DecisionEvent{
-		Key:        key,
-		Allowed:    d.Allowed,
-		DryRun:     l.cfg.DryRun,
-		Limit:      d.Limit,
-		Remaining:  d.Remaining,
-		Cost:       cost,
-		RetryAfter: res.RetryAfter(),
-		Expiration: l.engine.Expiration(res, i),
-		Algorithm:  l.engine.Algorithm().String(),
-		Backend:    l.engine.Backend(),
-		Source:     res.Source(),
-		Latency:    time.Since(start),
-	})
-}
-
-// refund gives back the cost of an admitted request that ended with
-// status, when Skip*Requests says so, and returns the result to describe.
-func (l *limiter) refund(ctx context.Context, key, id string, cost, status int, res *quota.Result) quota.Result {
-	if !res.Allowed() || cost == 0 {
-		return *res
-	}
-	failed := status >= http.StatusBadRequest
-	if (failed && l.cfg.SkipFailedRequests) || (!failed && l.cfg.SkipSuccessfulRequests) {
-		if after, err := l.engine.RefundOnce(ctx, key, id, cost, res); err == nil {
-			return after
-		}
-	}
-	return *res
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/fiberlimit/limiter/internal/adapter"
 	"github.com/fiberlimit/limiter/internal/headers"
 	"github.com/fiberlimit/limiter/quota"
 )
@@ -18,9 +19,7 @@ type responseWriter struct {
 	http.ResponseWriter
 	l    *limiter
 	r    *http.Request
-	key  string
-	id   string // the request's IdempotencyKey, for RefundOnce
-	cost int
+	req  adapter.Request
 	res  quota.Result
 	done bool
 	// rejectedBehind: a limiter of this package behind this one rejected
@@ -34,9 +33,9 @@ func (w *responseWriter) before(status int) {
 		return
 	}
 	w.done = true
-	res := w.l.refund(w.r.Context(), w.key, w.id, w.cost, status, &w.res)
+	w.l.Finish(w.r.Context(), &w.req, status, &w.res)
 	var out headers.Out
-	w.l.headers.WriteAdmitted(&out, fields(w.Header()), &res, w.key, w.l.cfg.DryRun, w.rejectedBehind)
+	w.l.Headers.WriteAdmitted(&out, fields(w.Header()), &w.res, w.req.Key, w.l.DryRun, w.rejectedBehind)
 	setFields(w.Header(), &out)
 }
 

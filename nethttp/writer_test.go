@@ -1,5 +1,7 @@
 package nethttp
 
+// The middleware's ResponseWriter: headers before the first byte, Flusher, Hijacker, ReaderFrom.
+
 import (
 	"errors"
 	"io"
@@ -140,3 +142,98 @@ func TestReadFromSendsNothingBeforeTheSource(t *testing.T) {
 	assert.Equal(t, 200, resp.StatusCode)
 	assert.Equal(t, "2", resp.Header.Get("X-RateLimit-Remaining"), "a 200, given back")
 }
+
+// A handler that streams through http.ResponseController still can: the
+// middleware's writer unwraps to the server's; the headers go out with
+// the status, before the first byte.
+func TestStreamingHandler(t *testing.T) {
+	h := New(Config{Max: 5})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("part"))
+		require.NoError(t, http.NewResponseController(w).Flush())
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, resp.Body.Close()) }()
+	assert.Equal(t, "4", resp.Header.Get("X-RateLimit-Remaining"))
+}
+
+// A handler that flushes before it writes (server-sent events) still sends
+// the headers; one that type-asserts Flusher and Hijacker finds them.
+func TestFlushFirstAndInterfaces(t *testing.T) {
+	var flusher, hijacker bool
+	h := New(Config{Max: 5})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, flusher = w.(http.Flusher)
+		_, hijacker = w.(http.Hijacker)
+		require.NoError(t, http.NewResponseController(w).Flush())
+		_, _ = w.Write([]byte("event"))
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, resp.Body.Close()) }()
+	assert.Equal(t, "4", resp.Header.Get("X-RateLimit-Remaining"))
+	assert.True(t, flusher)
+	assert.True(t, hijacker)
+}
+
+// Two limiters stacked with a writer-wrapping middleware between them: the
+// inner one's rejection keeps its own fields; the outer one does not
+// overwrite them.
+func TestStackedThroughAWrapper(t *testing.T) {
+	inner := New(Config{Max: 1, KeyGenerator: func(*http.Request) string { return "k" }})
+	outer := New(Config{Max: 10, KeyGenerator: func(*http.Request) string { return "k" }})
+	wrap := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(&unwrapper{w}, r)
+		})
+	}
+	outermost := New(Config{Max: 20, KeyGenerator: func(*http.Request) string { return "k" }})
+	h := outermost(outer(wrap(inner(http.HandlerFunc(ok)))))
+	assert.Equal(t, 200, from(h, "192.0.2.1:1").StatusCode)
+	resp := from(h, "192.0.2.1:1")
+	assert.Equal(t, 429, resp.StatusCode)
+	assert.Equal(t, "1", resp.Header.Get("X-RateLimit-Limit"), "the inner limiter's")
+	assert.Equal(t, "0", resp.Header.Get("X-RateLimit-Remaining"))
+}
+
+// A hijack that fails (HTTP/2, a recorder) leaves the response to the
+// handler: its 500 gets the headers, and SkipFailedRequests its refund.
+// So does a flush on a writer that cannot flush.
+func TestFailedHijackAndFlush(t *testing.T) {
+	for name, act := range map[string]func(w http.ResponseWriter){
+		"hijack": func(w http.ResponseWriter) { _, _, _ = http.NewResponseController(w).Hijack() },
+		"flush":  func(w http.ResponseWriter) { w.(http.Flusher).Flush() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := New(Config{Max: 5, SkipFailedRequests: true})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				act(w)
+				w.WriteHeader(http.StatusInternalServerError)
+			}))
+			for range 3 {
+				req := httptest.NewRequest(http.MethodGet, "/", nil)
+				w := &plainWriter{header: http.Header{}}
+				h.ServeHTTP(w, req)
+				assert.Equal(t, 500, w.status)
+				assert.Equal(t, "5", w.header.Get("X-RateLimit-Remaining"), "refunded")
+			}
+		})
+	}
+}
+
+// plainWriter is a ResponseWriter that can neither flush nor hijack.
+type plainWriter struct {
+	header http.Header
+	status int
+}
+
+func (w *plainWriter) Header() http.Header         { return w.header }
+func (w *plainWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *plainWriter) WriteHeader(status int)      { w.status = status }
+
+// unwrapper is a middleware's ResponseWriter that unwraps to the next.
+type unwrapper struct{ http.ResponseWriter }
+
+func (u *unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }

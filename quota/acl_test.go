@@ -24,7 +24,7 @@ func TestProbeReachesRedis(t *testing.T) {
 			l, err := New(Config{Name: "probe-" + alg.String(), Algorithm: alg, Limits: []Limit{PerMinute(10)}, Redis: srv.Client(t)})
 			require.NoError(t, err)
 			require.NoError(t, admin.ConfigResetStat(ctx).Err())
-			require.NoError(t, l.store.store.probe(ctx))
+			require.NoError(t, l.decider.(*guardedStore).store.probe(ctx))
 			calls := redistest.CommandCalls(t, admin, "evalsha") + redistest.CommandCalls(t, admin, "eval")
 			assert.Positive(t, calls, "the probe reached Redis")
 		})

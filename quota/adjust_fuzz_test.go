@@ -50,12 +50,12 @@ func FuzzAdjustments(f *testing.F) {
 				var v Result
 				alg.decideInto(&v, &sts, nil, now, &ls, cost)
 			case 1:
-				sts[0] = alg.penalize(sts[0], now, r, cost)
+				sts[0] = alg.adjust(penalty, sts[0], now, r, cost, Decision{})
 				if got, want := remaining(), max(0, before-cost); got != want {
 					t.Fatalf("penalty left %d, want %d: %s", got, want, where())
 				}
 			case 2:
-				sts[0] = alg.reward(sts[0], now, r, cost)
+				sts[0] = alg.adjust(reward, sts[0], now, r, cost, Decision{})
 				got := remaining()
 				if got < before || got > capacity {
 					t.Fatalf("reward left %d: %s", got, where())

@@ -98,7 +98,7 @@ func everyBackend(t *testing.T) []backendSetting {
 	server := redistest.Start(t)
 	return []backendSetting{
 		{"memory", func(*Config) {}},
-		{"redis", func(cfg *Config) { cfg.Redis = server.Client(t) }},
+		{"redis", func(cfg *Config) { cfg.Redis, cfg.StorageTimeout = server.Client(t), slowMachine }},
 		{"storage", func(cfg *Config) { cfg.Storage = &mapStorage{m: map[string][]byte{}} }},
 	}
 }
@@ -182,7 +182,7 @@ func TestTakeUpToAndTheDenyCache(t *testing.T) {
 			now := newSettableNow() // one instant: RetryAfters compare
 			l, err := New(Config{
 				Algorithm: alg, Limits: []Limit{PerHour(5)}, Redis: server.Client(t), Name: "deny-upto-" + alg.name(),
-				Now: now.Now,
+				Now: now.Now, StorageTimeout: slowMachine,
 			})
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -268,8 +268,8 @@ func testAdjustmentsMatchMemory(t *testing.T, server *redistest.Server, alg Algo
 		{
 			{
 				ls := limits{n: n, block: block, gap: gap}
-				ls.r[0] = rule{limit: 4, burst: 4, window: 300}
-				ls.r[1] = rule{limit: 9, burst: 9, window: 3000}
+				ls.r[0] = rule{max: 4, burst: 4, window: 300}
+				ls.r[1] = rule{max: 9, burst: 9, window: 3000}
 				if alg == TokenBucket {
 					ls.r[0].burst, ls.r[1].burst = 6, 7
 				}
@@ -296,9 +296,9 @@ func testAdjustmentsMatchMemory(t *testing.T, server *redistest.Server, alg Algo
 						}
 						cost := int64(rng.IntN(12))
 						v := Result{n: n, adjust: adj}
-						want, err = mem.refund(ctx, key, &ls, cost, &v)
+						want, err = mem.adjust(ctx, key, &ls, cost, &v)
 						require.NoError(t, err)
-						got, err = red.refund(ctx, key, &ls, cost, &v)
+						got, err = red.adjust(ctx, key, &ls, cost, &v)
 						require.NoError(t, err)
 						ops[op]++
 					case op == 6:
@@ -312,9 +312,9 @@ func testAdjustmentsMatchMemory(t *testing.T, server *redistest.Server, alg Algo
 						ops[4]++
 					case op == 2 && held:
 						v := prev
-						want, err = mem.refund(ctx, key, &ls, 1, &v)
+						want, err = mem.adjust(ctx, key, &ls, 1, &v)
 						require.NoError(t, err)
-						got, err = red.refund(ctx, key, &ls, 1, &v)
+						got, err = red.adjust(ctx, key, &ls, 1, &v)
 						require.NoError(t, err)
 						delete(last, key)
 						ops[2]++

@@ -86,7 +86,7 @@ func TestBlockForIsChecked(t *testing.T) {
 func TestBlockForAcrossReplicas(t *testing.T) {
 	server := redistest.Start(t)
 	replica := func() *Limiter {
-		l, err := New(Config{Limits: []Limit{PerMinute(2)}, BlockFor: time.Hour, Redis: server.Client(t), Name: "shared"})
+		l, err := New(Config{Limits: []Limit{PerMinute(2)}, BlockFor: time.Hour, Redis: server.Client(t), Name: "shared", StorageTimeout: slowMachine})
 		require.NoError(t, err)
 		return l
 	}
@@ -199,7 +199,7 @@ func TestMinIntervalHoldsOnRandomTraces(t *testing.T) {
 		t.Run(alg.name(), func(t *testing.T) {
 			const gap = 70
 			ls := limits{n: 1, gap: gap}
-			ls.r[0] = rule{limit: 5, burst: 5, window: 400}
+			ls.r[0] = rule{max: 5, burst: 5, window: 400}
 			clock := newTraceClock(1_700_000_000_000)
 			mem := testManager(alg, ls, 1<<10, clock.millis)
 			red := newRedisBackend(server.Client(t), nil, alg, "gap-trace:"+alg.name()+":", &Config{clock: clock.millis})

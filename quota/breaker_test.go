@@ -35,21 +35,52 @@ func TestBreakerStates(t *testing.T) {
 	require.True(t, ok && !probe, "a late probe timeout does not reopen a closed breaker")
 }
 
-// A rejection that the store gave before a refund on this replica cleared
-// the key is not cached after it: it may predate the credit.
-func TestDenyCacheSkipsRejectionsOlderThanARefund(t *testing.T) {
-	c := newDenyCache(16, 1)
-	r := one(rule{limit: 3, burst: 3, window: 10_000})
-	deny := Result{n: 1}
-	deny.each[0] = Decision{Limit: 3, RetryAfter: 10 * time.Second, ResetAfter: 10 * time.Second}
-	_, ok, gen := c.check("k", 0, &r, 1)
-	require.False(t, ok)
-	c.forget("k") // a refund ran while the store was deciding
-	c.add("k", 0, &r, 1, &deny, gen)
-	_, ok, gen = c.check("k", 1, &r, 1)
-	require.False(t, ok)
-	c.add("k", 1, &r, 1, &deny, gen)
-	v, ok, _ := c.check("k", 2, &r, 1)
-	require.True(t, ok)
-	assert.Equal(t, 9999*time.Millisecond, v.RetryAfter(), "added at 1 ms, asked at 2 ms")
+// BreakerFailures calls in a row that find the store out of reach open
+// the breaker: takes then go to the FailurePolicy without a call, until
+// BreakerCooldown has passed on the limiter's clock. The take that finds
+// it passed is answered by the policy too, and starts a probe: one that
+// fails keeps the breaker open for another cool-down, one that the store
+// answers closes it.
+func TestBreakerOpensAndProbes(t *testing.T) {
+	store := newFaultyStorage(t)
+	now := newSettableNow()
+	var reports storageErrors
+	l, err := New(Config{Limits: []Limit{PerMinute(100)}, Storage: store, FailurePolicy: FailClosed,
+		BreakerFailures: 3, BreakerCooldown: time.Minute, Now: now.Now, OnStorageError: reports.hook})
+	require.NoError(t, err)
+	g := l.decider.(*guardedStore)
+	requireTake(t, l, "k", true, SourceBackend)
+
+	store.mode.Store(storeDown)
+	for i := range 3 {
+		require.False(t, g.breaker.open(), "after %d failures", i)
+		requireTake(t, l, "k", false, SourceFailClosed)
+	}
+	require.True(t, g.breaker.open(), "after BreakerFailures failures")
+	gets := store.gets.Load()
+	assert.Equal(t, int64(4), gets)
+	now.Add(time.Minute - time.Millisecond)
+	requireTake(t, l, "k", false, SourceFailClosed)
+	assert.Equal(t, gets, store.gets.Load(), "open: no call until the cool-down has passed")
+
+	// A probe that fails: another cool-down.
+	now.Add(time.Millisecond)
+	requireTake(t, l, "k", false, SourceFailClosed)
+	waitFor(t, "the probe to fail", func() bool { return !g.breaker.probing.Load() && store.gets.Load() == gets+1 })
+	require.True(t, g.breaker.open())
+	store.mode.Store(storeUp)
+	now.Add(time.Minute - time.Millisecond)
+	requireTake(t, l, "k", false, SourceFailClosed)
+	assert.Equal(t, gets+1, store.gets.Load(), "no call within the probe's cool-down")
+
+	// A probe that the store answers closes the breaker.
+	now.Add(time.Millisecond)
+	requireTake(t, l, "k", false, SourceFailClosed)
+	waitFor(t, "the probe to close the breaker", func() bool { return !g.breaker.open() })
+	assert.Equal(t, gets+2, store.gets.Load(), "the probe's call")
+	requireTake(t, l, "k", true, SourceBackend)
+
+	var report *StorageError
+	require.ErrorAs(t, reports.all()[0], &report)
+	assert.False(t, report.BreakerOpen, "the first failure, before the breaker opened")
 }

@@ -8,10 +8,10 @@ import (
 	"github.com/fiberlimit/limiter/internal/timestep"
 )
 
-// Never is the RetryAfter of a take that can never be admitted, because
-// its cost is larger than the limit (or the token bucket's Burst). The
-// middlewares send no Retry-After header for it.
-const Never = time.Duration(math.MaxInt64)
+// Never, the longest time.Duration, is the RetryAfter of a take that can
+// never be admitted, because its cost is larger than the limit (or the
+// token bucket's Burst). The middlewares send no Retry-After header for it.
+const Never = timestep.Never
 
 // Decision is the outcome of a take under one limit.
 type Decision struct {
@@ -39,42 +39,47 @@ type Decision struct {
 	Window time.Duration
 
 	// countedIn identifies where an admitted cost was counted (the window's
-	// start in ms for the windows), so a refund credits that same window.
+	// start, in the rule's steps, for the windows), so a refund credits
+	// that same window.
 	countedIn int64
 }
 
-// rule is everything a backend needs, besides the key and the cost, to decide.
+// rule is a Limit as the backends decide it: everything they need,
+// besides the key and the cost, to decide. max is the Limit's Max, window
+// its Expiration in steps.
 // Times are integers in steps of step ms (see package timestep), in both
 // backends: the Redis twins of the step functions work in Lua doubles,
 // which are exact integers below 2^53, so limit*window (window in steps) is
 // at most 2^51. The step is 1 ms but for quotas too large for that, and
 // headers carry whole seconds anyway.
 type rule struct {
-	limit  int64 // units admitted per window (the token bucket's refill per window)
-	burst  int64 // token bucket capacity; equal to limit for the windows
+	max    int64 // units admitted per window (the token bucket's refill per window)
+	burst  int64 // token bucket capacity; equal to max for the windows
 	window int64 // steps, >= 1
 	step   int64 // ms per step; 0 (rules built by tests) means 1
 }
 
-// newRule is the rule of limit per window (with burst) for quotas up to
+// newRule is the rule of n per window (with burst) for quotas up to
 // most: the step is the finest that keeps most × window exact.
-func newRule(limit, burst int64, window time.Duration, most int64) rule {
+func newRule(n, burst int64, window time.Duration, most int64) rule {
 	ms := timestep.Millis(window)
 	step := timestep.For(most, ms)
-	return rule{limit: limit, burst: burst, window: timestep.Steps(ms, step), step: step}
+	return rule{max: n, burst: burst, window: timestep.Steps(ms, step), step: step}
 }
 
-// ahead is how far (steps) a state's time may lie past now and still be
-// read as the state it says: a window, or a minute if longer, for the
-// clocks of replicas and Redis failovers. A state further ahead cannot
-// have been written under this rule at a time near now (it was written in
-// other steps, or by something else), and reads as no state, so that it
-// cannot hold a key off for as long as it says.
-func (r rule) ahead() int64 {
-	return max(r.window, ceilDiv(aheadMS, r.stepMillis()))
+// tooFarAhead reports whether t, a state's time (steps), lies too far
+// past now (steps) to be read as the state it says: further than a window,
+// or a minute (aheadMS) if longer, which the clocks of replicas and Redis
+// failovers may differ by. A state further ahead cannot have been written
+// under this rule at a time near now (it was written in other steps, or by
+// something else), and reads as no state, so that it cannot hold a key
+// off for as long as it says.
+func (r rule) tooFarAhead(t, now int64) bool {
+	// The window first: a time within it needs no division.
+	return t > now+r.window && t > now+ceilDiv(aheadMS, r.stepMillis())
 }
 
-// aheadMS is the least of rule.ahead, in ms.
+// aheadMS is the least span tooFarAhead allows, in ms.
 const aheadMS = 60_000
 
 // at is the time nowMS (ms, >= 0) in the rule's steps.
@@ -103,7 +108,12 @@ func (r rule) span(n int64) time.Duration {
 // in-memory manager keeps it in.
 const maxLimit = math.MaxUint32
 
-// state is one key's stored state. Its fields mean what the algorithm says.
+// state is what a key keeps under one limit, or for its rules beside the
+// limits' counts (keyEnds). Its fields mean what the algorithm says, and
+// each algorithm names them as its Lua twin names its locals (its read and
+// state methods, such as fixedWindow's start and count); only the backends,
+// which store states whatever they hold, use a, b and c. Two words and a
+// half, so that the in-memory manager's entries stay small.
 type state struct {
 	a, b int64
 	c    uint32
@@ -161,21 +171,7 @@ func (a Algorithm) step(s *state, now int64, r rule, cost int64) Decision {
 	return tokenBucket{}.take(s, now, r, cost)
 }
 
-// refund credits cost units of an admitted request back, in the window that
-// d says it was counted in, if that window still counts.
-func (a Algorithm) refund(s state, now int64, r rule, cost int64, d Decision) state {
-	switch a {
-	case FixedWindow:
-		return fixedWindow{}.refund(s, now, r, cost, d)
-	case SlidingWindow:
-		return slidingWindow{}.refund(s, now, r, cost, d)
-	case SlidingLog:
-		panic("limiter: internal error: SlidingLog's refund needs its log (slidingLog.adjust)")
-	}
-	return tokenBucket{}.refund(s, now, r, cost, d)
-}
-
-// expiry is the time (ms) from which s holds nothing: a fresh state is
+// expiry is the time (steps) from which s holds nothing: a fresh state is
 // equivalent. It is the latest time the state must be kept.
 func (a Algorithm) expiry(s state, r rule) int64 {
 	switch a {
@@ -187,6 +183,43 @@ func (a Algorithm) expiry(s state, r rule) int64 {
 		return slidingLog{}.expiry(s, r)
 	}
 	return tokenBucket{}.expiry(s, r)
+}
+
+// holds reports whether s still counts something: units in a window, a
+// bucket's debt, a log's entries.
+func (a Algorithm) holds(s state) bool {
+	switch a {
+	case FixedWindow:
+		_, count := fixedWindow{}.read(s)
+		return count > 0
+	case SlidingWindow:
+		_, cur, prev := slidingWindow{}.read(s)
+		return cur > 0 || prev > 0
+	case SlidingLog:
+		_, count, _ := slidingLog{}.read(s)
+		return count > 0
+	}
+	_, debt := tokenBucket{}.read(s)
+	return debt > 0
+}
+
+// capacity is the Limit of a decision under r: the bucket's capacity for
+// the token bucket, else the limit.
+func capacity(alg Algorithm, r rule) int64 {
+	if alg == TokenBucket {
+		return r.burst
+	}
+	return r.max
+}
+
+// policyWindow is a Decision's Window under rule r: the window, or for the
+// token bucket the time an empty bucket takes to fill.
+func policyWindow(alg Algorithm, r rule) time.Duration {
+	steps := r.window
+	if alg == TokenBucket && r.burst != r.max {
+		steps = ceilDiv(r.burst*r.window, r.max) // burst*window is within 2^51
+	}
+	return r.span(steps)
 }
 
 // name is the algorithm's tag in storage keys.
@@ -203,13 +236,14 @@ func (a Algorithm) name() string {
 }
 
 // backend keeps the state of every key and applies an algorithm to it,
-// under every limit of ls at once (see verdict). The deciding core
+// under every limit of ls at once (see decideInto). The deciding core
 // (algorithms, backends, Decision) knows nothing of Fiber.
 type backend interface {
 	take(ctx context.Context, key string, ls *limits, cost int64) (Result, error)
-	// refund credits the cost of a request that take admitted with v, and
-	// returns the verdict of the state it leaves (as a take of cost 0).
-	refund(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error)
+	// adjust applies the adjustment v.adjust of cost units: the refund of
+	// the take that returned v, or a penalty or a reward; it returns the
+	// Result of the state it leaves (as a take of cost 0).
+	adjust(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error)
 }
 
 // millis converts a span of milliseconds to a Duration: 0 when negative,

@@ -91,13 +91,13 @@ func (c *denyCache) check(key string, now int64, ls *limits, cost int64) (Result
 	return c.lookup(set, more, h1, h2, now, ls, cost)
 }
 
-// checkOnce is check for request r of key, a take once per request
-// (Limiter.TakeOnce on Redis): it answers only with a rejection the store
-// gave that request (addOnce), never with one of key's plain takes, since
+// checkIdempotent is check for request r of key, an idempotent take
+// (Limiter.TakeIdempotent on Redis): it answers only with a rejection the
+// store gave that request (addIdempotent), never with one of key's plain takes, since
 // r may have a record that answers its repeat though key is spent. Its
 // entries are in key's set, under key's first hash (forget drops them
 // with key's own) and a second hash of r.
-func (c *denyCache) checkOnce(key string, r *requestID, now int64, ls *limits, cost int64) (Result, bool, uint64) {
+func (c *denyCache) checkIdempotent(key string, r *requestID, now int64, ls *limits, cost int64) (Result, bool, uint64) {
 	set, more, h1, _ := c.hash(key)
 	return c.lookup(set, more, h1, maphash.Bytes(c.seed2, r[:]), now, ls, cost)
 }
@@ -115,7 +115,7 @@ func (c *denyCache) lookup(set *denySet, more []denyPart, h1, h2 uint64, now int
 			*e = denyEntry{}
 			break
 		}
-		if int64(e.limit) != ls.r[0].limit || int64(e.burst) != ls.r[0].burst || int64(e.cost) != cost {
+		if int64(e.limit) != ls.r[0].max || int64(e.burst) != ls.r[0].burst || int64(e.cost) != cost {
 			break
 		}
 		v := Result{n: ls.n, source: SourceDenyCache}
@@ -154,9 +154,9 @@ func (c *denyCache) add(key string, now int64, ls *limits, cost int64, v *Result
 	c.put(set, more, h1, h2, math.MaxInt64, now, ls, cost, v, gen)
 }
 
-// addOnce is add for request r of key, a take once per request that the
-// store rejected (see checkOnce), for at most most ms.
-func (c *denyCache) addOnce(key string, r *requestID, most, now int64, ls *limits, cost int64, v *Result, gen uint64) {
+// addIdempotent is add for request r of key, an idempotent take that the
+// store rejected (see checkIdempotent), for at most most ms.
+func (c *denyCache) addIdempotent(key string, r *requestID, most, now int64, ls *limits, cost int64, v *Result, gen uint64) {
 	set, more, h1, _ := c.hash(key)
 	c.put(set, more, h1, maphash.Bytes(c.seed2, r[:]), most, now, ls, cost, v, gen)
 }
@@ -165,12 +165,12 @@ func (c *denyCache) addOnce(key string, r *requestID, most, now int64, ls *limit
 // most ms.
 func (c *denyCache) put(set *denySet, more []denyPart, h1, h2 uint64, most, now int64, ls *limits, cost int64, v *Result, gen uint64) {
 	retry := v.RetryAfter()
-	if v.Allowed() || retry <= 0 || retry == Never || cost <= 0 || ls.r[0].limit > maxLimit || ls.r[0].burst > maxLimit {
+	if v.Allowed() || retry <= 0 || retry == Never || cost <= 0 || ls.r[0].max > maxLimit || ls.r[0].burst > maxLimit {
 		return
 	}
 	e := denyEntry{
 		until: now + min(ceilDiv(int64(retry), int64(time.Millisecond)), most),
-		limit: uint32(ls.r[0].limit),
+		limit: uint32(ls.r[0].max),
 		burst: uint32(ls.r[0].burst),
 		cost:  uint32(min(cost, maxLimit)),
 		part:  newDenyPart(now, &v.each[0]),
@@ -212,7 +212,7 @@ func newDenyPart(now int64, d *Decision) denyPart {
 }
 
 // forget drops key, whose count a refund has just lowered, with the
-// rejections of its requests taken once (addOnce): every entry of key's
+// rejections of its idempotent takes (addIdempotent): every entry of key's
 // first hash.
 func (c *denyCache) forget(key string) {
 	set, _, h1, _ := c.hash(key)

@@ -29,7 +29,7 @@ func TestLayoutsMatchAcrossBackends(t *testing.T) {
 			t.Run(alg.name()+"/"+strconv.Itoa(pair[0])+"-"+strconv.Itoa(pair[1]), func(t *testing.T) {
 				const base = int64(1_700_000_000_000)
 				clock := newTraceClock(base)
-				r := rule{limit: 5, burst: 5, window: 2000}
+				r := rule{max: 5, burst: 5, window: 2000}
 				versions := make([]limits, 4)
 				for i := range versions {
 					versions[i] = one(r)
@@ -57,7 +57,7 @@ func TestLayoutsMatchAcrossBackends(t *testing.T) {
 						held[key] = h[:len(h)-1]
 						var answers [2]Result
 						for i, b := range backends {
-							got, err := b.refund(ctx, key, &ls, 1, &v)
+							got, err := b.adjust(ctx, key, &ls, 1, &v)
 							require.NoError(t, err)
 							answers[i] = got
 						}

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/redisengine"
 	"github.com/fiberlimit/limiter/internal/redistest"
-	"github.com/fiberlimit/limiter/storage/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -24,7 +24,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		t.Run(alg.name(), func(t *testing.T) {
 			clock := newTraceClock(1_700_000_000_000 + rand.Int64N(int64(time.Hour/time.Millisecond)))
-			mem := testManager(alg, one(rule{limit: 6, window: 100}), 1<<20, clock.millis)
+			mem := testManager(alg, one(rule{max: 6, window: 100}), 1<<20, clock.millis)
 			red := newRedisBackend(server.Client(t), nil, alg, "diff:", &Config{clock: clock.millis})
 			rng := rand.New(rand.NewPCG(3, uint64(alg)))
 			last := map[string]Decision{}
@@ -37,8 +37,8 @@ func TestRedisMatchesMemory(t *testing.T) {
 				// was written under (a changed limit may be seen differently
 				// by a state the manager has dropped and a key Redis still
 				// holds until its TTL).
-				r := rule{limit: int64(3 + k%4), window: 100 * ms}
-				r.burst = r.limit
+				r := rule{max: int64(3 + k%4), window: 100 * ms}
+				r.burst = r.max
 				if alg == TokenBucket {
 					r.burst = 6
 				}
@@ -80,15 +80,15 @@ func TestLimitsMatchMemory(t *testing.T) {
 		burst []int64 // the token bucket's bursts, per rule: above and below the limit
 		step  int64   // the most ms the clock advances per step, + 1
 	}{
-		{"two", []rule{{limit: 3, window: 1000}, {limit: 5, window: 10000}}, []int64{3, 8}, 400},
-		{"three", []rule{{limit: 2, window: 100}, {limit: 4, window: 1000}, {limit: 7, window: 5000}}, []int64{3, 6, 7}, 150},
+		{"two", []rule{{max: 3, window: 1000}, {max: 5, window: 10000}}, []int64{3, 8}, 400},
+		{"three", []rule{{max: 2, window: 100}, {max: 4, window: 1000}, {max: 7, window: 5000}}, []int64{3, 6, 7}, 150},
 	}
 	for _, alg := range allAlgorithms {
 		for _, c := range cases {
 			t.Run(alg.name()+"/"+c.name, func(t *testing.T) {
 				ls := limits{n: len(c.rules)}
 				for i, r := range c.rules {
-					r.burst = r.limit
+					r.burst = r.max
 					if alg == TokenBucket {
 						r.burst = c.burst[i]
 					}
@@ -120,9 +120,9 @@ func TestLimitsMatchMemory(t *testing.T) {
 					key := "k" + strconv.Itoa(rng.IntN(5))
 					if h := held[key]; len(h) > 0 && rng.IntN(6) == 0 {
 						j := rng.IntN(len(h))
-						want, err := mem.refund(ctx, key, &ls, h[j].cost, &h[j].v)
+						want, err := mem.adjust(ctx, key, &ls, h[j].cost, &h[j].v)
 						require.NoError(t, err)
-						got, err := red.refund(ctx, key, &ls, h[j].cost, &h[j].v)
+						got, err := red.adjust(ctx, key, &ls, h[j].cost, &h[j].v)
 						require.NoError(t, err)
 						require.Equal(t, want, got, "step %d: the state a refund on key %s leaves", step, key)
 						held[key] = slices.Delete(h, j, j+1)
@@ -165,7 +165,7 @@ func TestRedisMatchesMemoryAsLimitsChange(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		t.Run(alg.name(), func(t *testing.T) {
 			clock := newTraceClock(1_700_000_000_000)
-			mem := testManager(alg, one(rule{limit: 8, window: 200}), 1<<20, clock.millis)
+			mem := testManager(alg, one(rule{max: 8, window: 200}), 1<<20, clock.millis)
 			red := newRedisBackend(server.Client(t), nil, alg, "change:", &Config{clock: clock.millis})
 			rng := rand.New(rand.NewPCG(7, uint64(alg)))
 			ctx := context.Background()
@@ -174,13 +174,13 @@ func TestRedisMatchesMemoryAsLimitsChange(t *testing.T) {
 				clock.step(rng.Int64N(40))
 				k := rng.IntN(6)
 				key := "k" + strconv.Itoa(k)
-				r := rule{limit: int64(1 + rng.IntN(8)), window: 200 * ms}
-				r.burst = r.limit
+				r := rule{max: int64(1 + rng.IntN(8)), window: 200 * ms}
+				r.burst = r.max
 				if alg == TokenBucket {
 					// A bucket's state ends when its debt has refilled at
 					// its rate: a key keeps its rate, so that the manager and
 					// Redis (by its TTL, in its own time) end it alike.
-					r.limit, r.burst = int64(2+k%3), int64(1+rng.IntN(10))
+					r.max, r.burst = int64(2+k%3), int64(1+rng.IntN(10))
 				}
 				cost := int64(rng.IntN(3))
 				want, err := takeRule(mem, ctx, key, r, cost)
@@ -202,11 +202,11 @@ func TestRedisMatchesMemoryAsLimitsChange(t *testing.T) {
 // steps: it reads as no state, and cannot lock the key out for its
 // decades.
 func TestStateFromOtherStepsIsNoState(t *testing.T) {
-	store := redis.New(redistest.Start(t).Client(t))
+	store := redisengine.Open(redistest.Start(t).Client(t), nil)
 	ctx := context.Background()
 	day := 24 * time.Hour
-	first := redis.Rule{Algorithm: redis.FixedWindow, Limit: 100_000_000, Window: day}  // 4 ms steps
-	second := redis.Rule{Algorithm: redis.FixedWindow, Limit: 200_000_000, Window: day} // 8 ms steps
+	first := redisengine.Rule{Algorithm: redisengine.FixedWindow, Max: 100_000_000, Expiration: day}  // 4 ms steps
+	second := redisengine.Rule{Algorithm: redisengine.FixedWindow, Max: 200_000_000, Expiration: day} // 8 ms steps
 	r, err := store.Take(ctx, "k", first, 100_000_000)
 	require.NoError(t, err)
 	require.True(t, r.Allowed)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/fiberlimit/limiter/internal/redistest"
 	"github.com/stretchr/testify/require"
@@ -40,7 +41,7 @@ func TestVaryingLimitsMatchMemory(t *testing.T) {
 			const base = int64(1_700_000_000_000)
 			clock := newTraceClock(base)
 			ruleOf := func(limit int64) rule {
-				return rule{limit: limit, burst: limit, window: c.window}
+				return rule{max: limit, burst: limit, window: c.window}
 			}
 			largest := ruleOf(12)
 			lsLargest := one(largest)
@@ -76,6 +77,15 @@ func TestVaryingLimitsMatchMemory(t *testing.T) {
 			for step := range 3000 {
 				clock.step(rng.Int64N(25))
 				key := "k" + strconv.Itoa(rng.IntN(c.keys))
+				if alg != TokenBucket {
+					// Redis drops a key by its TTL in real time, which runs on
+					// while the trace's clock stands still within a step: a
+					// state the step finds a few ms from its end could be
+					// gone before the step's last call. Held longer, a
+					// window's state reads the same (its times say it has
+					// ended), so the key is kept for a minute at least.
+					require.NoError(t, server.Client(t).PExpire(ctx, "vary:"+alg.name()+":"+key, time.Minute).Err())
+				}
 				if h := held[key]; len(h) > 0 && rng.IntN(4) == 0 {
 					j := rng.IntN(len(h))
 					tk := h[j]
@@ -84,23 +94,23 @@ func TestVaryingLimitsMatchMemory(t *testing.T) {
 						return b.take(ctx, key, &lsLargest, 0)
 					})
 					ls := one(tk.r)
-					all(step, "refund under "+strconv.FormatInt(tk.r.limit, 10), func(b backend) (Result, error) {
+					all(step, "refund under "+strconv.FormatInt(tk.r.max, 10), func(b backend) (Result, error) {
 						v := Result{n: 1}
 						v.each[0] = tk.d
-						return b.refund(ctx, key, &ls, tk.cost, &v)
+						return b.adjust(ctx, key, &ls, tk.cost, &v)
 					})
 					after := all(step, "look after the refund", func(b backend) (Result, error) {
 						return b.take(ctx, key, &lsLargest, 0)
 					})
 					require.LessOrEqual(t, after.each[0].Remaining, before.each[0].Remaining+int(tk.cost),
-						"step %d: a refund of %d under limit %d gave back more than it took", step, tk.cost, tk.r.limit)
+						"step %d: a refund of %d under limit %d gave back more than it took", step, tk.cost, tk.r.max)
 					refunds++
 					continue
 				}
 				r := ruleOf([]int64{2, 5, 12}[rng.IntN(3)])
 				cost := int64(1 + rng.IntN(3))
 				ls := one(r)
-				v := all(step, key+": take of "+strconv.FormatInt(cost, 10)+" under "+strconv.FormatInt(r.limit, 10), func(b backend) (Result, error) {
+				v := all(step, key+": take of "+strconv.FormatInt(cost, 10)+" under "+strconv.FormatInt(r.max, 10), func(b backend) (Result, error) {
 					return b.take(ctx, key, &ls, cost)
 				})
 				if v.Allowed() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,4 +107,40 @@ func memoryPolicy(info string) (maxmemory int64, policy string) {
 		}
 	}
 	return maxmemory, policy
+}
+
+// evictionChecker is a backend that can tell whether its store is set to
+// drop keys (see checkEviction).
+type evictionChecker interface {
+	checkEviction(ctx context.Context) (next int64, warning error)
+}
+
+// checkSettings looks at the store's settings on a goroutine of its own,
+// unless another call has just started to (next is the time it was due):
+// the first decision does, and then one every evictionCheckEvery. A store
+// that may drop the limiter's keys is reported to the hook.
+func (g *guardedStore) checkSettings(next int64) {
+	if !g.nextCheck.CompareAndSwap(next, math.MaxInt64) {
+		return
+	}
+	go func() {
+		after := int64(evictionRetry)
+		defer func() {
+			// A panic (in a go-redis hook, say) is the look's failure, not
+			// the process's.
+			if p := recover(); p != nil {
+				log.Printf("limiter: checking whether Redis may evict rate-limit keys panicked: %v", p)
+			}
+			if after >= 0 {
+				g.nextCheck.Store(g.now() + after)
+			}
+		}()
+		ctx, cancel := context.WithTimeout(g.life, max(g.timeout, time.Second))
+		defer cancel()
+		var warning error
+		after, warning = g.store.(evictionChecker).checkEviction(ctx)
+		if warning != nil && g.life.Err() == nil {
+			g.warn(warning)
+		}
+	}()
 }

@@ -39,7 +39,7 @@ func TestEvictingRedisIsReported(t *testing.T) {
 			var mu sync.Mutex
 			var reports []error
 			replica := redisLimiter(t, Config{
-				Limits: []Limit{PerMinute(10)}, RedisStore: redis.New(srv.Client(t)),
+				Limits: []Limit{PerMinute(10)}, Storage: redis.New(srv.Client(t)),
 				OnStorageError: func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() },
 			})
 			requireAllowed(t, replica, "first")
@@ -90,7 +90,7 @@ func TestEvictingRedisIsLogged(t *testing.T) {
 	prev, flags := log.Writer(), log.Flags()
 	log.SetOutput(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) }))
 	t.Cleanup(func() { log.SetOutput(prev); log.SetFlags(flags) })
-	replica := redisLimiter(t, Config{Name: "logged", Limits: []Limit{PerMinute(10)}, RedisStore: redis.New(srv.Client(t))})
+	replica := redisLimiter(t, Config{Name: "logged", Limits: []Limit{PerMinute(10)}, Storage: redis.New(srv.Client(t))})
 	requireAllowed(t, replica, "first")
 	waitFor(t, "the log line", func() bool {
 		mu.Lock()
@@ -119,7 +119,7 @@ func TestEvictionUncheckable(t *testing.T) {
 	var mu sync.Mutex
 	var reports []error
 	replica := redisLimiter(t, Config{
-		Name: "uncheckable", Limits: []Limit{PerMinute(10)}, RedisStore: client,
+		Name: "uncheckable", Limits: []Limit{PerMinute(10)}, Storage: client,
 		OnStorageError: func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() },
 	})
 	requireAllowed(t, replica, "first")
@@ -148,7 +148,7 @@ func TestEvictionLookedAtOncePerRedis(t *testing.T) {
 	var replicas []func()
 	for _, name := range []string{"burst", "hourly", "login"} {
 		replica := redisLimiter(t, Config{
-			Name: name, Limits: []Limit{PerMinute(10)}, RedisStore: redis.New(srv.Client(t)),
+			Name: name, Limits: []Limit{PerMinute(10)}, Storage: redis.New(srv.Client(t)),
 			OnStorageError: func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() },
 		})
 		replicas = append(replicas, func() { requireAllowed(t, replica, "k") })
@@ -184,7 +184,7 @@ func TestEvictionLookedAtPerUser(t *testing.T) {
 	reports := map[string][]error{}
 	limiter := func(name string, conn *goredis.Client) func() {
 		replica := redisLimiter(t, Config{
-			Name: name, Limits: []Limit{PerMinute(10)}, RedisStore: redis.New(conn),
+			Name: name, Limits: []Limit{PerMinute(10)}, Storage: redis.New(conn),
 			OnStorageError: func(err error) { mu.Lock(); reports[name] = append(reports[name], err); mu.Unlock() },
 		})
 		return func() { requireAllowed(t, replica, "k") }

@@ -1,10 +1,12 @@
 package quota
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
+	"time"
 )
 
 // FailurePolicy says what the limiter does with a request when its Storage
@@ -109,4 +111,59 @@ func (r *errorReporter) failed(now int64, err error, breakerOpen bool) {
 		return
 	}
 	r.hook(&StorageError{Err: err, Failures: int(r.pending.Swap(0)), BreakerOpen: breakerOpen})
+}
+
+// slowRetry is the RetryAfter of a take that failedTake rejects: the
+// least that Retry-After, in whole seconds, can say.
+const slowRetry = time.Second
+
+// failedTake answers a take whose call failed with err. Under FailFallback
+// a Redis call that ran out of time is not handed to the fallback unless
+// Redis is out of service: its script may still run (a busy Redis runs
+// what it has read, after the caller has gone), and Redis may hold the key
+// spent, neither of which the fallback knows, so that its admission could
+// be one beyond the limit. A slow Redis is not an absent one: the take is
+// rejected for slowRetry, with Remaining 0 and Source SourceFallback. The
+// fallback decides once the breaker has opened, when this call, or another
+// within a cool-down, found Redis refusing service (failureNotRun), and
+// before Redis has answered this limiter at all: until then a timeout
+// cannot tell a slow Redis from one that is not there (go-redis retries a
+// refused dial past StorageTimeout before it says so). Other failures, and
+// the other policies, get unavailable's answer.
+func (g *guardedStore) failedTake(ctx context.Context, key string, ls *limits, cost int64, err error) Result {
+	if g.policy != FailFallback || !g.countsLate || !errors.Is(err, ErrStorageTimeout) || g.store.classify(err) == failureNotRun ||
+		g.answeredAt.Load() < 0 || g.refusedAt.Load() >= int64(time.Since(g.origin)/time.Millisecond)-g.breaker.cooldown {
+		return g.unavailable(ctx, key, ls, cost)
+	}
+	v := Result{n: ls.n, source: SourceFallback}
+	for i := range ls.n {
+		c := capacity(g.alg, ls.r[i])
+		v.each[i] = Decision{Limit: int(c), RetryAfter: slowRetry}
+		if cost > c {
+			v.each[i].RetryAfter = Never
+		}
+	}
+	return v
+}
+
+// unavailable is the failure policy's answer: FailOpen's admission and
+// FailClosed's rejection carry each limit's Limit (Remaining 0), and
+// FailClosed's a RetryAfter of the breaker's cool-down.
+func (g *guardedStore) unavailable(ctx context.Context, key string, ls *limits, cost int64) Result {
+	if g.policy == FailFallback {
+		v, _ := g.fallback.take(ctx, key, ls, cost)
+		v.source = SourceFallback
+		return v
+	}
+	v := Result{n: ls.n, source: SourceFailOpen}
+	if g.policy == FailClosed {
+		v.source = SourceFailClosed
+	}
+	for i := range ls.n {
+		v.each[i] = Decision{Allowed: g.policy == FailOpen, Limit: int(capacity(g.alg, ls.r[i]))}
+		if g.policy == FailClosed {
+			v.each[i].RetryAfter = g.retryClosed
+		}
+	}
+	return v
 }

@@ -85,7 +85,7 @@ func TestFloodOfRandomKeysIsBounded(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var clock testClock
 			clock.advance(time.Hour)
-			r := rule{limit: 3, burst: 3, window: minute}
+			r := rule{max: 3, burst: 3, window: minute}
 			keys := newFloodKeys(byte(tt.alg), 1)
 			ctx := context.Background()
 
@@ -152,7 +152,7 @@ func BenchmarkFlood1M(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		keys := newFloodKeys(0xF1, 4)
-		r := rule{limit: 10, burst: 10, window: minute}
+		r := rule{max: 10, burst: 10, window: minute}
 		ctx := context.Background()
 		var rebuilds latencies
 		observeRebuild = rebuilds.add
@@ -211,7 +211,7 @@ func BenchmarkHeapPerKey(b *testing.B) {
 		for range b.N {
 			var clock testClock
 			m := newManager(FixedWindow, 1, 2*n, clock.millis)
-			ls := one(rule{limit: 10, burst: 10, window: int64(time.Minute / time.Millisecond)})
+			ls := one(rule{max: 10, burst: 10, window: int64(time.Minute / time.Millisecond)})
 			ctx := context.Background()
 			var lat, rebuilds latencies // of single takes, and of the rebuilds in them
 			observeRebuild = rebuilds.add

@@ -101,8 +101,8 @@ func fuzzAlgorithm(f *testing.F, alg Algorithm, newModel func(rule) fuzzModel) {
 // burst is only the token bucket's.
 func fuzzRule(alg Algorithm, limit, burst, window uint64) rule {
 	w := fuzzSize(window, 5000, timestep.MaxProduct)
-	r := rule{limit: min(fuzzSize(limit, 50, maxLimit), timestep.MaxProduct/w), window: w}
-	r.burst = r.limit
+	r := rule{max: min(fuzzSize(limit, 50, maxLimit), timestep.MaxProduct/w), window: w}
+	r.burst = r.max
 	if alg == TokenBucket {
 		r.burst = min(fuzzSize(burst, 50, maxLimit), timestep.MaxProduct/w)
 	}
@@ -289,7 +289,7 @@ func (tr *fuzzTrace) refund(arg int64) {
 	}
 	a := &tr.admitted[i]
 	a.refunded = true
-	tr.s = tr.alg.refund(tr.s, tr.now, tr.r, a.cost, a.d)
+	tr.s = tr.alg.adjust(refundTaken, tr.s, tr.now, tr.r, a.cost, a.d)
 	if err := tr.model.refund(tr.now, i); err != nil {
 		require.NoError(tr.t, err, "op %d: refund of admitted take %d (cost %d) at %d ms", tr.step, i, a.cost, tr.now)
 	}
@@ -330,7 +330,7 @@ func (m *fixedModel) admit(now, cost int64) error {
 	}
 	m.count += cost
 	m.counted = append(m.counted, fixedAt{m.n, cost})
-	if m.count > m.r.limit {
+	if m.count > m.r.max {
 		return fmt.Errorf("window %d from %d ms counts %d > limit", m.n, m.start, m.count)
 	}
 	return nil
@@ -348,9 +348,9 @@ func (m *fixedModel) refund(now int64, i int) error {
 
 func (m *fixedModel) remaining(now int64) int64 {
 	if m.running(now) {
-		return m.r.limit - m.count
+		return m.r.max - m.count
 	}
-	return m.r.limit
+	return m.r.max
 }
 
 // slidingModel: windows form a grid from an anchor, set at a take when the
@@ -387,7 +387,7 @@ func (m *slidingModel) admit(now, cost int64) error {
 	cur += cost
 	m.counts[k] = cur
 	m.counted = append(m.counted, slidingAt{epoch: m.epoch, window: k, cost: cost})
-	W, limit := m.r.window, m.r.limit
+	W, limit := m.r.window, m.r.max
 	if cur > limit || prev*(W-elapsed)+cur*W > limit*W {
 		return fmt.Errorf("window %d of grid %d ms (%d ms in) counts %d after %d: over the limit", k, m.anchor, elapsed, cur, prev)
 	}
@@ -409,7 +409,7 @@ func (m *slidingModel) refund(now int64, i int) error {
 func (m *slidingModel) remaining(now int64) int64 {
 	_, cur, prev, elapsed := m.at(now)
 	W := m.r.window
-	return max(0, m.r.limit*W-prev*(W-elapsed)-cur*W) / W
+	return max(0, m.r.max*W-prev*(W-elapsed)-cur*W) / W
 }
 
 // tokenModel keeps every admitted take, to bound the cost admitted over
@@ -447,7 +447,7 @@ func (m *tokenModel) admit(now, cost int64) error {
 		if !a.refunded {
 			sum += a.cost
 		}
-		hi, lo := bits.Mul64(uint64(m.r.limit), uint64(now-a.at))
+		hi, lo := bits.Mul64(uint64(m.r.max), uint64(now-a.at))
 		if hi >= uint64(m.r.window) {
 			break // the refill alone bounds nothing from here back
 		}

@@ -34,10 +34,18 @@ import (
 // reach another limiter's state.
 
 // keyPrefix is the identity of a limiter with cfg (defaults applied),
-// algorithm alg and limits ls: the windows as configured, in ms.
-func keyPrefix(cfg *Config, alg Algorithm, ls *limits) string {
+// algorithm alg and limits ls: the windows as configured, in ms. apart
+// keeps the keys of a Storage on go-redis given to quota directly apart
+// from those earlier releases wrote through its Get and Set.
+func keyPrefix(cfg *Config, alg Algorithm, ls *limits, apart bool) string {
 	b := append([]byte(cfg.KeyPrefix), cfg.Name...)
 	b = append(b, ':')
+	if apart {
+		// A Storage on go-redis given to quota itself, decided by the Lua
+		// engine: earlier releases read and wrote its keys through Get
+		// and Set, in another layout (see redisengine.Handed).
+		b = append(b, "lua."...)
+	}
 	b = append(b, alg.name()...)
 	b = append(b, ':')
 	for i, r := range ls.r[:ls.n] {
@@ -45,7 +53,7 @@ func keyPrefix(cfg *Config, alg Algorithm, ls *limits) string {
 			b = append(b, '+')
 		}
 		if cfg.VaryExpiration {
-			// The window is in each key instead (see storedKey): the
+			// The window is in each key instead (see windowedKey): the
 			// prefix says so, so that no key of such a limiter is one of a
 			// limiter with a window of its own.
 			b = append(b, '~')
@@ -163,8 +171,9 @@ func storeIdentity(store any) string {
 
 // claimIdentity records that h keeps its state under prefix in store, or
 // returns an error when another live limiter of this process does too and
-// the two did not both ask for it with the same Name.
-func claimIdentity(h *Limiter, store any, prefix string, named bool) error {
+// the two did not both ask for it with the same Name; warn is told of a
+// clash found later (see lookAfterGC).
+func claimIdentity(h *Limiter, warn func(error), store any, prefix string, named bool) error {
 	id := identity{store: storeIdentity(store), prefix: prefix}
 	if id.store == "" {
 		return nil
@@ -178,7 +187,7 @@ func claimIdentity(h *Limiter, store any, prefix string, named bool) error {
 		if other.since == e.looks && time.Since(e.looked) < clashLookEvery {
 			// Every user met came after a look a moment ago: most likely
 			// the garbage of a limiter built per request.
-			user.unchecked = h.store.warn
+			user.unchecked = warn
 		} else if err := identities.look(id, named); err != nil {
 			return err
 		}

@@ -57,17 +57,19 @@ func (ls *limits) states() int {
 // it, unless it ends later than any rule could have set (maxBlock). Every
 // version reads both (decodeStates). The Lua twins keep them alike.
 func (ls *limits) stored(sts *[maxStates]state, now int64) int {
+	blockEnd, gapEnd := keyEnds{}.read(sts[ls.n])
 	if ls.keyRules() {
 		// Only the ends of its own rules, as the Lua twins write them.
 		if ls.block == 0 {
-			sts[ls.n].a = 0
+			blockEnd = 0
 		}
 		if ls.gap == 0 {
-			sts[ls.n].b = 0
+			gapEnd = 0
 		}
+		sts[ls.n] = keyEnds{}.state(blockEnd, gapEnd)
 		return ls.n + 1
 	}
-	if k := sts[ls.n]; max(k.a, k.b) > now && max(k.a, k.b) <= now+maxBlock.Milliseconds() {
+	if end := max(blockEnd, gapEnd); end > now && end <= now+maxBlock.Milliseconds() {
 		return ls.n + 1
 	}
 	sts[ls.n] = state{} // and so not in expiryAll
@@ -92,7 +94,7 @@ type Result struct {
 	each    [maxLimits]Decision
 	source  Source     // what decided
 	varied  bool       // by TakeWith, under first
-	adjust  adjustment // for refundAll: a refund of this take, or the adjustment it stands for
+	adjust  adjustment // for adjustAll: a refund of this take, or the adjustment it stands for
 	granted int64      // what a take of limits.upTo took
 	first   rule
 }
@@ -118,9 +120,6 @@ func (v *Result) Decisions() []Decision { return v.each[:v.n] }
 // X-RateLimit headers describe: the least Remaining, then the longest
 // wait.
 func (v *Result) Tightest() Decision { return v.each[v.tightest()] }
-
-// TightestIndex is the index in Decisions of Tightest's limit.
-func (v *Result) TightestIndex() int { return v.tightest() }
 
 // Source says what answered: the backend, the deny cache, or the failure
 // policy.
@@ -161,13 +160,13 @@ func (a Algorithm) decide(sts *[maxStates]state, lg *logs, now int64, ls *limits
 // which it only reads: the backend records an admitted take's entries
 // (logs.record).
 func (a Algorithm) decideInto(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64) {
-	a.plausible(sts, now, ls)
+	a.plausibleAll(sts, now, ls, true)
 	a.decideRead(v, sts, lg, now, ls, cost)
 }
 
-// decideRead is decideInto on states already read as plausible: a take's
-// (plausible), or a refund's, whose counts may lie above the limit
-// (onTime), where a take of cost 0 still fits.
+// decideRead is decideInto on states already read as plausible: a take's,
+// or an adjustment's, whose counts may lie above the limit, where a take
+// of cost 0 still fits.
 func (a Algorithm) decideRead(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64) {
 	v.n = ls.n
 	if ls.n == 1 {
@@ -226,77 +225,52 @@ func (a Algorithm) decideUpToInto(v *Result, sts *[maxStates]state, lg *logs, no
 	}
 }
 
-// plausible makes the states read fit their rules, so that no value (one
-// written under another rule, or by another program) holds a key off for
-// longer than the rule itself would:
+// plausibleAll makes the states read fit their rules, so that no value
+// (one written under another rule, or by another program) holds a key off
+// for longer than the rule itself would; each algorithm's plausible says
+// how, as its Lua twin reads its values:
 //
-//   - a state whose time (a, in every algorithm) lies more than rule.ahead
-//     past now was not written under this rule near now: it reads as no
-//     state;
-//   - a count above the rule's quota (Max units in a window, or Burst
-//     tokens of debt; a state kept from before Max or Burst was lowered)
-//     reads as the whole quota spent, and one below zero as nothing.
-//
-// The Lua twins read their values the same way.
-func (a Algorithm) plausible(sts *[maxStates]state, now int64, ls *limits) {
+//   - a state whose time lies too far past now (rule.tooFarAhead) was not
+//     written under this rule near now: it reads as no state;
+//   - for a take, a count above the rule's quota (Max units in a window,
+//     or Burst tokens of debt; a state kept from before Max or Burst was
+//     lowered) reads as the whole quota spent, and one below zero as
+//     nothing. An adjustment (take false) keeps a count above the quota
+//     (see adjustAll).
+func (a Algorithm) plausibleAll(sts *[maxStates]state, now int64, ls *limits, take bool) {
 	for i := range ls.n {
 		s, r := &sts[i], &ls.r[i]
-		// The window first: a state within it needs no division.
-		if !onTime(s, now, r) {
-			continue
-		}
-		if a == SlidingLog || a == SlidingWindow {
-			// A log's backend keeps at most its limit's entries; a sliding
-			// window reads its counts as at most the limit when it decides,
-			// and keeps them as they are (counts of a larger MaxFunc).
-			continue
-		}
-		quota := r.limit
-		if a == TokenBucket {
-			quota = r.burst * r.window
-		}
-		if s.b > quota || s.b < 0 {
-			s.b = min(max(0, s.b), quota)
-		}
-		if int64(s.c) > r.limit {
-			s.c = uint32(r.limit)
+		switch at := r.at(now); a {
+		case FixedWindow:
+			fixedWindow{}.plausible(s, at, *r, take)
+		case SlidingWindow:
+			slidingWindow{}.plausible(s, at, *r, take)
+		case SlidingLog:
+			slidingLog{}.plausible(s, at, *r, take)
+		default:
+			tokenBucket{}.plausible(s, at, *r, take)
 		}
 	}
 }
 
-// onTime makes a state whose time (a, in every algorithm) lies more than
-// r.ahead past now read as no state, as plausible does, and a count below
-// zero as nothing; it reports whether s is still the state it read.
-func onTime(s *state, now int64, r *rule) bool {
-	if s.a > r.at(now)+r.window && s.a > r.at(now)+r.ahead() {
-		*s = state{}
-		return false
-	}
-	s.b = max(0, s.b)
-	return true
-}
-
-// refundAll credits cost back to the states of every limit, each in the
-// window its part of v says the cost was counted in, and returns the
-// verdict of a take of cost 0 after it: the state the refund leaves, for
-// the headers. The Lua twins do the same in one script call.
-//
-// With v.adjust set (Penalize, Reward), it applies that adjustment
-// instead, to every limit.
+// adjustAll applies the adjustment v.adjust of cost units to the states
+// of every limit: a refund credits each in the window its part of v says
+// the cost was counted in; a penalty or a reward (Penalize, Reward)
+// applies to what each counts now. It returns the Result of a take of cost
+// 0 after it: the state the adjustment leaves, for the headers. The Lua
+// twins do the same in one script call.
 //
 // An adjustment changes a key's counts by its own units and no more,
-// whatever the limit in force: it reads the states on time (onTime), but
-// not plausible's count clamp. A count above this rule's quota was spent
-// under a larger one (a MaxFunc of another request, or a Max lowered by a
-// deploy); cutting it down to this rule's quota would give back what the
-// refunded request never took. A take reads it as the whole quota spent.
-// For the same reason the backends keep the key at least as long as they
-// kept it before an adjustment: its end was set under the rule of its
-// last take, which this rule may not see.
-func (a Algorithm) refundAll(sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64, v *Result) Result {
-	for i := range ls.n {
-		onTime(&sts[i], now, &ls.r[i])
-	}
+// whatever the limit in force: it reads the states as plausibleAll does
+// for an adjustment, without the take's count clamp. A count above this
+// rule's quota was spent under a larger one (a MaxFunc of another request,
+// or a Max lowered by a deploy); cutting it down to this rule's quota
+// would give back what the refunded request never took. A take reads it as
+// the whole quota spent. For the same reason the backends keep the key at
+// least as long as they kept it before an adjustment: its end was set
+// under the rule of its last take, which this rule may not see.
+func (a Algorithm) adjustAll(sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64, v *Result) Result {
+	a.plausibleAll(sts, now, ls, false)
 	for i := range ls.n {
 		if a == SlidingLog {
 			sts[i] = slidingLog{}.adjust(v.adjust, sts[i], lg.ringOf(i), ls.r[i].at(now), ls.r[i], cost, v.each[i])
@@ -323,7 +297,7 @@ func (a Algorithm) refundAll(sts *[maxStates]state, lg *logs, now int64, ls *lim
 // if any state still holds a count. The Lua twins do the same.
 func (a Algorithm) keep(sts *[maxStates]state, ls *limits, exp, kept int64) int64 {
 	for i := range ls.n {
-		if sts[i].b > 0 || a == SlidingWindow && sts[i].c > 0 {
+		if a.holds(sts[i]) {
 			return max(exp, kept)
 		}
 	}
@@ -339,25 +313,6 @@ func (a Algorithm) expiryAll(sts *[maxStates]state, ls *limits) int64 {
 	}
 	// The ends of the block and the gap, this limiter's or kept for another
 	// version's (limits.stored); 0 without either.
-	exp = max(exp, sts[ls.n].a, sts[ls.n].b)
-	return exp
-}
-
-// capacity is the Limit of a decision under r: the bucket's capacity for
-// the token bucket, else the limit.
-func capacity(alg Algorithm, r rule) int64 {
-	if alg == TokenBucket {
-		return r.burst
-	}
-	return r.limit
-}
-
-// policyWindow is a Decision's Window under rule r: the window, or for the
-// token bucket the time an empty bucket takes to fill.
-func policyWindow(alg Algorithm, r rule) time.Duration {
-	steps := r.window
-	if alg == TokenBucket && r.burst != r.limit {
-		steps = ceilDiv(r.burst*r.window, r.limit) // burst*window is within 2^51
-	}
-	return r.span(steps)
+	blockEnd, gapEnd := keyEnds{}.read(sts[ls.n])
+	return max(exp, blockEnd, gapEnd)
 }

@@ -20,7 +20,7 @@ func refundRule(b backend, ctx context.Context, key string, r rule, cost int64, 
 	ls := one(r)
 	v := Result{n: 1}
 	v.each[0] = d
-	_, err := b.refund(ctx, key, &ls, cost, &v)
+	_, err := b.adjust(ctx, key, &ls, cost, &v)
 	return err
 }
 
@@ -53,7 +53,7 @@ type testClock struct{ now atomic.Int64 }
 func (c *testClock) millis() int64           { return c.now.Load() }
 func (c *testClock) advance(d time.Duration) { c.now.Add(d.Milliseconds()) }
 
-// redisLimiter is a limiter of cfg, which sets Redis or RedisStore.
+// redisLimiter is a limiter of cfg, which sets Redis or a Storage on it.
 func redisLimiter(t testing.TB, cfg Config) *Limiter {
 	t.Helper()
 	l, err := New(cfg)
@@ -93,3 +93,9 @@ func testManager(alg Algorithm, ls limits, maxKeys int, clock func() int64) *man
 	}
 	return m
 }
+
+// slowMachine is the StorageTimeout of tests that compare Redis's
+// decisions with memory's, or count them: long enough that a loaded
+// machine's stall is not taken for a failing Redis, which the failure
+// policy would answer instead.
+const slowMachine = 10 * time.Second

@@ -42,7 +42,7 @@ func TestManagerMatchesReferenceModel(t *testing.T) {
 			var clock testClock
 			m := newManager(alg, 1, 1<<20, clock.millis)
 			ref := map[string]state{}
-			r := rule{limit: 5, burst: 5, window: 10_000 * ms}
+			r := rule{max: 5, burst: 5, window: 10_000 * ms}
 			for i := range 200_000 {
 				clock.advance(time.Duration(rng.IntN(3)) * time.Millisecond)
 				key := "k" + strconv.Itoa(rng.IntN(3000))
@@ -68,7 +68,7 @@ func TestManagerMatchesReferenceModel(t *testing.T) {
 func TestManagerReclaimsExpiredKeys(t *testing.T) {
 	var clock testClock
 	m := newManager(FixedWindow, 1, 1<<20, clock.millis)
-	r := rule{limit: 10, burst: 10, window: minute}
+	r := rule{max: 10, burst: 10, window: minute}
 	for i := range 20_000 {
 		_, _ = takeRule(m, context.Background(), "key-"+strconv.Itoa(i), r, 1)
 	}
@@ -93,7 +93,7 @@ func TestManagerCapBoundsKeys(t *testing.T) {
 	var clock testClock
 	const maxKeys = 4 * shardCount
 	m := newManager(TokenBucket, 1, maxKeys, clock.millis)
-	r := rule{limit: 1, burst: 1, window: minute}
+	r := rule{max: 1, burst: 1, window: minute}
 	for i := range 50_000 {
 		d, err := takeRule(m, context.Background(), "flood-"+strconv.Itoa(i), r, 1)
 		require.NoError(t, err)
@@ -118,7 +118,7 @@ func TestManagerHostileKeys(t *testing.T) {
 	}
 	var clock testClock
 	m := newManager(FixedWindow, 1, 1<<20, clock.millis)
-	r := rule{limit: 2, burst: 2, window: minute}
+	r := rule{max: 2, burst: 2, window: minute}
 	for round := range 3 {
 		for _, k := range keys {
 			d, err := takeRule(m, context.Background(), k, r, 1)
@@ -134,7 +134,7 @@ func TestManagerHostileKeys(t *testing.T) {
 func TestManagerRefundAfterExpiryIsIgnored(t *testing.T) {
 	var clock testClock
 	m := newManager(FixedWindow, 1, 1<<20, clock.millis)
-	r := rule{limit: 1, burst: 1, window: minute}
+	r := rule{max: 1, burst: 1, window: minute}
 	d, _ := takeRule(m, context.Background(), "k", r, 1)
 	clock.advance(2 * time.Minute)
 	d2, _ := takeRule(m, context.Background(), "k", r, 1)
@@ -149,7 +149,7 @@ func TestManagerRefundAfterExpiryIsIgnored(t *testing.T) {
 func TestManagerCapDoesNotCompactPerKey(t *testing.T) {
 	var clock testClock
 	m := newManager(FixedWindow, 1, 64*shardCount, clock.millis)
-	r := rule{limit: 10, burst: 10, window: minute}
+	r := rule{max: 10, burst: 10, window: minute}
 	for i := range 20_000 { // fills every shard to its cap of 64
 		_, _ = takeRule(m, context.Background(), "fill-"+strconv.Itoa(i), r, 1)
 	}
@@ -169,7 +169,7 @@ func TestManagerCapDoesNotCompactPerKey(t *testing.T) {
 func TestManagerTracksOnlyKeysWithState(t *testing.T) {
 	var clock testClock
 	m := newManager(FixedWindow, 1, 1<<20, clock.millis)
-	r := rule{limit: 1, burst: 1, window: minute}
+	r := rule{max: 1, burst: 1, window: minute}
 	for i := range 1000 {
 		_, _ = takeRule(m, context.Background(), "free-"+strconv.Itoa(i), r, 0)
 		_, _ = takeRule(m, context.Background(), "huge-"+strconv.Itoa(i), r, 5)

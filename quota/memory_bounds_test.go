@@ -40,7 +40,7 @@ func TestSlidingLogMemoryBound(t *testing.T) {
 		var ls limits
 		perKey := int64(64)
 		for i, m := range maxes {
-			ls.r[i].limit = m
+			ls.r[i].max = m
 			perKey += 8 * m
 		}
 		ls.n = len(maxes)

@@ -72,7 +72,7 @@ const (
 	// SourceFailClosed: FailClosed rejected the request with 503, Storage
 	// failing.
 	SourceFailClosed
-	// SourceRepeat: a repeat of a request (TakeOnce's id), answered with
+	// SourceRepeat: a repeat of a request (TakeIdempotent's id), answered with
 	// its first take's Result; nothing was counted.
 	SourceRepeat
 )

@@ -41,7 +41,7 @@ func TestDroppedLimitersEndTheirProbes(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, l := range ls {
 			wg.Go(func() {
-				for !l.store.breaker.open() {
+				for !l.decider.(*guardedStore).breaker.open() {
 					_, _ = l.Take(ctx, "k", 1)
 				}
 			})

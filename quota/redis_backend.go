@@ -6,31 +6,65 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/redisengine"
 	"github.com/fiberlimit/limiter/storage/redis"
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// redisConn is what a middleware's Storage offers when it sits on go-redis
-// v9: the *Storage of github.com/gofiber/storage/redis/v3 and this
-// module's own redis.Store. Such a storage gets the atomic Lua store.
+// redisConn is what a Storage offers when it sits on go-redis v9: the
+// *Storage of github.com/gofiber/storage/redis/v3 and this module's
+// storage/redis Store. Such a storage is decided by the Lua engine, on its
+// client (see onRedis).
 type redisConn interface {
 	Conn() goredis.UniversalClient
+}
+
+// onRedis reports whether st is a Storage on go-redis, which the Lua
+// engine decides in, atomically, instead of reading and writing it.
+func onRedis(st Storage) bool {
+	_, ok := st.(redisConn)
+	return ok
+}
+
+// checkConn returns an error, naming field, when the Redis that client
+// or storage (a RedisStore, or a Storage on go-redis) would decide in is
+// no client: a nil Store, one made without redis.New, a Conn that returns
+// nil. (Importing storage/redis also sets redisengine's hooks.)
+func checkConn(client goredis.UniversalClient, storage Storage, field string) error {
+	if client != nil {
+		return nil
+	}
+	c, ok := storage.(redisConn)
+	if !ok {
+		return nil
+	}
+	if v := reflect.ValueOf(c); v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Errorf("limiter: %s is a nil %T; make it with its package's New", field, c)
+	}
+	if c.Conn() == nil {
+		if _, isStore := c.(*redis.Store); isStore {
+			return fmt.Errorf("limiter: %s is a storage/redis Store with no client; make it with redis.New", field)
+		}
+		return fmt.Errorf("limiter: %s is a %T whose Conn() is nil; make it with its New, on a go-redis client", field, c)
+	}
+	return nil
 }
 
 // redisBackend decides in Redis, atomically for every process that shares
 // the keys: one script call per decision and per refund, for all the
 // limits of a key at once.
 type redisBackend struct {
-	store    *redis.Store
-	alg      redis.Algorithm
-	prefix   string // the limiter's identity, see keyPrefix
-	probeKey string // see probeKeyOf
-	onceTTL  time.Duration
-	records  string // where the records of takes once per request live, see recordsOf
+	engine    redisengine.Engine
+	alg       redisengine.Algorithm
+	prefix    string // the limiter's identity, see keyPrefix
+	probeKey  string // see probeKeyOf
+	recordTTL time.Duration
+	records   string // where the records of idempotent takes live, see recordsOf
 }
 
 // probeKeyOf is the key a limiter's breaker probes with: KeyPrefix + Name
@@ -39,28 +73,36 @@ type redisBackend struct {
 func probeKeyOf(cfg *Config) string { return cfg.KeyPrefix + cfg.Name + "{probe}" }
 
 // newRedisBackend returns the Redis backend of a limiter of alg whose keys
-// begin with prefix, over store (this module's Store that a middleware was
-// given) or else client; of cfg it uses the clock, KeyPrefix and Name.
-func newRedisBackend(client goredis.UniversalClient, store *redis.Store, alg Algorithm, prefix string, cfg *Config) *redisBackend {
+// begin with prefix: the Lua engine over client, or when client is nil
+// over storage, a Storage on go-redis (see onRedis): a storage/redis
+// Store's own engine, with its options, else an engine over its Conn().
+// With a clock in cfg (Config.Now), the engine decides at that clock's
+// time over the client alone. Of cfg it uses the clock, KeyPrefix and
+// Name.
+func newRedisBackend(client goredis.UniversalClient, storage Storage, alg Algorithm, prefix string, cfg *Config) *redisBackend {
 	clock := cfg.clock
-	if store == nil || clock != nil {
-		var opts []redis.Option
-		if clock != nil {
-			opts = append(opts, redis.WithClock(func() time.Time { return time.UnixMilli(clock()) }))
+	var engine redisengine.Engine
+	if client == nil {
+		if clock == nil {
+			engine = redisengine.OfStore(storage)
 		}
-		if store != nil {
-			client = store.Conn()
-		}
-		store = redis.New(client, opts...)
+		client = storage.(redisConn).Conn()
 	}
-	algs := [...]redis.Algorithm{FixedWindow: redis.FixedWindow, SlidingWindow: redis.SlidingWindow, TokenBucket: redis.TokenBucket, SlidingLog: redis.SlidingLog}
-	return &redisBackend{store: store, alg: algs[alg], prefix: prefix, probeKey: probeKeyOf(cfg), onceTTL: cfg.IdempotencyTTL,
+	if engine == nil {
+		var now func() time.Time
+		if clock != nil {
+			now = func() time.Time { return time.UnixMilli(clock()) }
+		}
+		engine = redisengine.Open(client, now)
+	}
+	algs := [...]redisengine.Algorithm{FixedWindow: redisengine.FixedWindow, SlidingWindow: redisengine.SlidingWindow, TokenBucket: redisengine.TokenBucket, SlidingLog: redisengine.SlidingLog}
+	return &redisBackend{engine: engine, alg: algs[alg], prefix: prefix, probeKey: probeKeyOf(cfg), recordTTL: cfg.IdempotencyTTL,
 		records: recordsOf(prefix)}
 }
 
-// honorsContext reports whether a redis.Store over client returns by a
+// honorsContext reports whether the Lua engine over client returns by a
 // call's context deadline. It does over a plain or failover Client always
-// (redis.New calls through a copy with ContextTimeoutEnabled); over a
+// (the engine calls through a copy with ContextTimeoutEnabled); over a
 // ClusterClient or Ring only when it was made with ContextTimeoutEnabled,
 // and otherwise waits for the client's ReadTimeout (3 s by default)
 // whatever the context says.
@@ -95,14 +137,14 @@ func honorsContext(client goredis.UniversalClient) bool {
 // refused) or there but not answering.
 func (b *redisBackend) probe(ctx context.Context) error {
 	limit := int64(math.MaxUint32)
-	if b.alg == redis.SlidingLog {
-		limit = redis.MaxLogLimit // the log's largest, which a probe a ms does not reach either
+	if b.alg == redisengine.SlidingLog {
+		limit = MaxLogLimit // the log's largest, which a probe a ms does not reach either
 	}
-	_, err := b.store.Take(ctx, b.probeKey, redis.Rule{Algorithm: b.alg, Limit: limit, Window: time.Millisecond}, 1)
+	_, err := b.engine.Take(ctx, b.probeKey, redisengine.Rule{Algorithm: b.alg, Max: limit, Expiration: time.Millisecond}, 1)
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) || hasCause(err) {
 		return err
 	}
-	c, ok := b.store.Conn().(*goredis.Client)
+	c, ok := b.engine.Conn().(*goredis.Client)
 	if !ok {
 		return err
 	}
@@ -138,13 +180,13 @@ func hasCause(err error) bool {
 // process on the same Redis has looked within evictionCheckEvery: the
 // limiters sharing a Redis look, and warn, once between them.
 func (b *redisBackend) checkEviction(ctx context.Context) (next int64, warning error) {
-	id := storeIdentity(b.store)
+	id := storeIdentity(b.engine.Conn())
 	if id == "" {
-		return checkEviction(ctx, b.store.Conn())
+		return checkEviction(ctx, b.engine.Conn())
 	}
 	// What a look can read depends on the ACL user (INFO may be refused
 	// to one and not another): each user looks for itself.
-	switch c := b.store.Conn().(type) {
+	switch c := b.engine.Conn().(type) {
 	case *goredis.Client:
 		id += " user " + c.Options().Username
 	case *goredis.ClusterClient:
@@ -158,7 +200,7 @@ func (b *redisBackend) checkEviction(ctx context.Context) (next int64, warning e
 	if last != 0 && now-last < evictionCheckEvery || !looked.CompareAndSwap(last, now) {
 		return evictionCheckEvery, nil // another limiter has looked, or is looking
 	}
-	next, warning = checkEviction(ctx, b.store.Conn())
+	next, warning = checkEviction(ctx, b.engine.Conn())
 	switch {
 	case next == evictionRetry:
 		looked.CompareAndSwap(now, last) // it could not look: the next limiter to ask may
@@ -172,13 +214,17 @@ func (b *redisBackend) checkEviction(ctx context.Context) (next int64, warning e
 // process last looked at that Redis's eviction settings.
 var evictionLooks sync.Map
 
-// rules converts ls to the store's rules, with their steps.
-func (b *redisBackend) rules(ls *limits, into *[maxLimits]redis.Rule) []redis.Rule {
+// The engine decides a key's limits in one call, which takes at most
+// redisengine.MaxRules rules.
+var _ [redisengine.MaxRules - maxLimits]struct{}
+
+// rules converts ls to the engine's rules, with their steps.
+func (b *redisBackend) rules(ls *limits, into *[maxLimits]redisengine.Rule) []redisengine.Rule {
 	for i, r := range ls.r[:ls.n] {
-		into[i] = redis.Rule{
-			Algorithm: b.alg, Limit: r.limit, Burst: r.burst,
-			Window: r.span(r.window), // the longest Duration for a window that long: it rounds to the same steps
-			Step:   time.Duration(r.stepMillis()) * time.Millisecond,
+		into[i] = redisengine.Rule{
+			Algorithm: b.alg, Max: r.max, Burst: r.burst,
+			Expiration: r.span(r.window), // the longest Duration for a window that long: it rounds to the same steps
+			Step:       time.Duration(r.stepMillis()) * time.Millisecond,
 		}
 	}
 	into[0].BlockFor = time.Duration(ls.block) * time.Millisecond
@@ -187,34 +233,34 @@ func (b *redisBackend) rules(ls *limits, into *[maxLimits]redis.Rule) []redis.Ru
 }
 
 func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost int64) (Result, error) {
-	var rules [maxLimits]redis.Rule
-	var results [maxLimits]redis.Result
+	var rules [maxLimits]redisengine.Rule
+	var results [maxLimits]redisengine.Result
 	if ls.upTo {
-		granted, err := b.store.TakeUpToAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n])
+		granted, err := b.engine.TakeUpToAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n])
 		if err != nil {
 			return Result{}, err
 		}
-		v := verdictOf(&results, ls.n)
+		v := resultOf(&results, ls.n)
 		v.granted = granted
 		return v, nil
 	}
-	if _, err := b.store.TakeAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
+	if _, err := b.engine.TakeAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
 		return Result{}, err
 	}
-	return verdictOf(&results, ls.n), nil
+	return resultOf(&results, ls.n), nil
 }
 
-// onceRecords names the layout of the records of takes once per request
+// recordsLayout names the layout of the records of idempotent takes
 // (and the script's tag on their values, once_tag in head.lua): an older
 // layout's records (under the limiter's prefix + "once:" or "once2:") are
 // not read, so that replicas of two versions during a rolling deploy never
 // read each other's records (a retry that goes to the other version is
 // counted afresh).
-const onceRecords = "once3:"
+const recordsLayout = "once3:"
 
-// recordsOf begins the names of the records of takes once per request of
+// recordsOf begins the names of the records of idempotent takes of
 // a limiter whose keys begin with prefix: prefix with its final ':' made a
-// '!', then onceRecords. Not prefix itself: a key in Redis is the prefix
+// '!', then recordsLayout. Not prefix itself: a key in Redis is the prefix
 // and the client's key as it is, so a client that chooses its key could
 // name a record and plant its own state there, as a forged record. No key
 // of this limiter has a '!' where its prefix ends with ':'; nor of another
@@ -225,52 +271,52 @@ const onceRecords = "once3:"
 // are digits, "h", "m", "s", "ms", '+', '~' and '@' (keyPrefix,
 // timestep.AppendWindow), never a '!'.
 func recordsOf(prefix string) string {
-	return prefix[:len(prefix)-1] + "!" + onceRecords
+	return prefix[:len(prefix)-1] + "!" + recordsLayout
 }
 
-// forgetOnce drops the record of a take once per request for key, unless
-// it has answered repeats (see Store.ForgetOnce).
-func (b *redisBackend) forgetOnce(ctx context.Context, key, record string) (repeated bool, err error) {
-	return b.store.ForgetOnce(ctx, b.prefix+key, b.records+record)
+// forgetIdempotent drops the record of an idempotent take for key, unless
+// it has answered repeats (see redisengine.Engine.ForgetRecord).
+func (b *redisBackend) forgetIdempotent(ctx context.Context, key, record string) (repeated bool, err error) {
+	return b.engine.ForgetRecord(ctx, b.prefix+key, b.records+record)
 }
 
-// takeOnce takes cost for key once per request: record names the
+// takeIdempotent takes cost for key once per request: record names the
 // request's record, kept beside the key's state, under recordsOf.
-func (b *redisBackend) takeOnce(ctx context.Context, key, record string, ls *limits, cost int64) (Result, error) {
-	var rules [maxLimits]redis.Rule
-	var results [maxLimits]redis.Result
-	_, repeat, err := b.store.TakeOnceAll(ctx, b.prefix+key, b.records+record, b.onceTTL, b.rules(ls, &rules), cost, results[:ls.n])
+func (b *redisBackend) takeIdempotent(ctx context.Context, key, record string, ls *limits, cost int64) (Result, error) {
+	var rules [maxLimits]redisengine.Rule
+	var results [maxLimits]redisengine.Result
+	_, repeat, err := b.engine.TakeIdempotentAll(ctx, b.prefix+key, b.records+record, b.recordTTL, b.rules(ls, &rules), cost, results[:ls.n])
 	if err != nil {
 		return Result{}, err
 	}
-	v := verdictOf(&results, ls.n)
+	v := resultOf(&results, ls.n)
 	if repeat {
 		v.source = SourceRepeat
 	}
 	return v, nil
 }
 
-func (b *redisBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error) {
-	var rules [maxLimits]redis.Rule
-	var results [maxLimits]redis.Result
+func (b *redisBackend) adjust(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error) {
+	var rules [maxLimits]redisengine.Rule
+	var results [maxLimits]redisengine.Result
 	for i := range ls.n {
 		results[i].CountedIn = v.each[i].countedIn
 	}
-	adjust := b.store.RefundAll
+	adjust := b.engine.RefundAll
 	switch v.adjust {
 	case penalty:
-		adjust = b.store.PenalizeAll
+		adjust = b.engine.PenalizeAll
 	case reward:
-		adjust = b.store.RewardAll
+		adjust = b.engine.RewardAll
 	}
 	if err := adjust(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
 		return Result{}, err
 	}
-	return verdictOf(&results, ls.n), nil
+	return resultOf(&results, ls.n), nil
 }
 
-// verdictOf converts the store's results for n limits.
-func verdictOf(results *[maxLimits]redis.Result, n int) Result {
+// resultOf converts the engine's results for n limits.
+func resultOf(results *[maxLimits]redisengine.Result, n int) Result {
 	v := Result{n: n}
 	for i, res := range results[:n] {
 		v.each[i] = Decision{

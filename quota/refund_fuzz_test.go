@@ -24,8 +24,8 @@ func FuzzRefundUnderAnotherLimit(f *testing.F) {
 		alg := Algorithm(1 + algByte%3)
 		w := fuzzSize(window, 5000, 1<<40)
 		ruleOf := func(arg byte) rule {
-			r := rule{limit: 1 + int64(arg), window: w}
-			r.burst = r.limit
+			r := rule{max: 1 + int64(arg), window: w}
+			r.burst = r.max
 			return r
 		}
 		type taken struct {
@@ -71,7 +71,7 @@ func FuzzRefundUnderAnotherLimit(f *testing.F) {
 				for i, p := range probes {
 					if got := remaining(p); alg != TokenBucket && got > before[i] {
 						t.Fatalf("%s: a take of %d under limit %d left %d under limit %d, from %d",
-							alg.name(), cost, r.limit, got, p.limit, before[i])
+							alg.name(), cost, r.max, got, p.max, before[i])
 					}
 				}
 			case 2, 3: // a refund or a reward, under the limit of a held take
@@ -90,11 +90,11 @@ func FuzzRefundUnderAnotherLimit(f *testing.F) {
 				if op == 3 {
 					v.adjust = reward
 				}
-				alg.refundAll(&sts, nil, now, &ls, tk.cost, &v)
+				alg.adjustAll(&sts, nil, now, &ls, tk.cost, &v)
 				for i, r := range probes {
 					if got := remaining(r); got > before[i]+tk.cost {
 						t.Fatalf("%s: %s of %d (taken under %d) left %d under limit %d, from %d: more than it took",
-							alg.name(), []string{"refund", "reward"}[op-2], tk.cost, tk.r.limit, got, r.limit, before[i])
+							alg.name(), []string{"refund", "reward"}[op-2], tk.cost, tk.r.max, got, r.max, before[i])
 					}
 				}
 			default:
@@ -119,7 +119,7 @@ func FuzzStoredValues(f *testing.F) {
 		alg := Algorithm(1 + algByte%4)
 		ls := limits{n: 1 + int(rules%2)}
 		for i := range ls.n {
-			ls.r[i] = rule{limit: 5 + int64(i), burst: 5 + int64(i), window: 1000 * int64(i+1)}
+			ls.r[i] = rule{max: 5 + int64(i), burst: 5 + int64(i), window: 1000 * int64(i+1)}
 		}
 		if rules&2 != 0 {
 			ls.block = 300
@@ -150,7 +150,7 @@ func FuzzStoredValues(f *testing.F) {
 		if !v.Allowed() || alg == SlidingLog {
 			return
 		}
-		alg.refundAll(&read, lg, now, &ls, 1, &v)
+		alg.adjustAll(&read, lg, now, &ls, 1, &v)
 		kept := ls.stored(&read, now)
 		val := encodeStates(&read, kept, now+10_000)
 		var again [maxStates]state

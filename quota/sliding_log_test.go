@@ -23,7 +23,7 @@ type logKey struct {
 
 func newLogKey(r rule) *logKey {
 	k := &logKey{ls: one(r)}
-	k.lg.ring[0] = make([]int64, r.limit)
+	k.lg.ring[0] = make([]int64, r.max)
 	return k
 }
 
@@ -39,7 +39,7 @@ func (k *logKey) take(now, cost int64) Decision {
 func (k *logKey) refund(now, cost int64, d Decision) {
 	v := Result{n: 1}
 	v.each[0] = d
-	SlidingLog.refundAll(&k.sts, &k.lg, now, &k.ls, cost, &v)
+	SlidingLog.adjustAll(&k.sts, &k.lg, now, &k.ls, cost, &v)
 }
 
 // The log's step function, call by call with an injected clock: exact over
@@ -47,7 +47,7 @@ func (k *logKey) refund(now, cost int64, d Decision) {
 // take would fit, rejections counting nothing.
 func TestSlidingLogSteps(t *testing.T) {
 	const sec = time.Second
-	r := rule{limit: 3, burst: 3, window: 1000}
+	r := rule{max: 3, burst: 3, window: 1000}
 	k := newLogKey(r)
 	steps := []struct {
 		at, cost int64
@@ -81,7 +81,7 @@ func TestSlidingLogSteps(t *testing.T) {
 // A refund takes out the entries of its own take, whatever was counted
 // after it; a penalty fills the log from now; a reward frees the newest.
 func TestSlidingLogAdjustments(t *testing.T) {
-	r := rule{limit: 4, burst: 4, window: 1000}
+	r := rule{max: 4, burst: 4, window: 1000}
 	k := newLogKey(r)
 	first := k.take(0, 2)
 	require.True(t, first.Allowed)
@@ -91,13 +91,13 @@ func TestSlidingLogAdjustments(t *testing.T) {
 	assert.Equal(t, 900*time.Millisecond, k.take(200, 0).ResetAfter, "the oldest is now the entry of 100")
 
 	v := Result{n: 1, adjust: penalty}
-	SlidingLog.refundAll(&k.sts, &k.lg, 300, &k.ls, 9, &v) // more than the log holds
+	SlidingLog.adjustAll(&k.sts, &k.lg, 300, &k.ls, 9, &v) // more than the log holds
 	d := k.take(300, 1)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, time.Second, d.RetryAfter, "the penalty's entries, all at 300, leave at 1300")
 
 	v = Result{n: 1, adjust: reward}
-	SlidingLog.refundAll(&k.sts, &k.lg, 400, &k.ls, 1, &v)
+	SlidingLog.adjustAll(&k.sts, &k.lg, 400, &k.ls, 1, &v)
 	assert.True(t, k.take(400, 1).Allowed)
 	assert.False(t, k.take(400, 1).Allowed)
 }
@@ -112,15 +112,15 @@ func FuzzSlidingLog(f *testing.F) {
 	f.Add(uint8(1), uint16(10), []byte{1, 1, 1, 1, 9, 0, 1, 1})
 	f.Add(uint8(50), uint16(60000), []byte{255, 20, 255, 20, 255, 40, 3, 50})
 	f.Fuzz(func(t *testing.T, limitByte uint8, windowWord uint16, ops []byte) {
-		r := rule{limit: 1 + int64(limitByte)%60, window: 1 + int64(windowWord)}
-		r.burst = r.limit
+		r := rule{max: 1 + int64(limitByte)%60, window: 1 + int64(windowWord)}
+		r.burst = r.max
 		k := newLogKey(r)
 		type taken struct{ at, cost int64 }
 		var log []taken
 		now := int64(0)
 		for step := 0; step < 150 && len(ops) >= 2; step++ {
 			now += int64(ops[0]) * (1 + r.window/64)
-			cost := int64(ops[1]) % (r.limit + 2)
+			cost := int64(ops[1]) % (r.max + 2)
 			ops = ops[2:]
 			for len(log) > 0 && log[0].at <= now-r.window {
 				log = log[1:] // left every window still to come
@@ -135,7 +135,7 @@ func FuzzSlidingLog(f *testing.F) {
 				}
 			}
 			d := k.take(now, cost)
-			want := cost <= r.limit && in+cost <= r.limit
+			want := cost <= r.max && in+cost <= r.max
 			require.Equal(t, want, d.Allowed, "step %d: cost %d at %d with %d in the window", step, cost, now, in)
 			if d.Allowed && cost > 0 {
 				log = append(log, taken{now, cost})
@@ -144,12 +144,12 @@ func FuzzSlidingLog(f *testing.F) {
 					oldest = now
 				}
 			}
-			require.Equal(t, int(max(0, r.limit-in)), d.Remaining, "step %d", step)
+			require.Equal(t, int(max(0, r.max-in)), d.Remaining, "step %d", step)
 			if in > 0 {
 				require.Equal(t, millis(oldest+r.window-now), d.ResetAfter, "step %d", step)
 			}
 			switch {
-			case cost > r.limit:
+			case cost > r.max:
 				require.Equal(t, Never, d.RetryAfter)
 			case !d.Allowed:
 				// The take fits once enough of the oldest have left, and not a
@@ -163,8 +163,8 @@ func FuzzSlidingLog(f *testing.F) {
 					}
 					return s
 				}
-				require.LessOrEqual(t, sum(at)+cost, r.limit, "step %d: not yet room at the Retry-After", step)
-				require.Greater(t, sum(at-1)+cost, r.limit, "step %d: room before the Retry-After", step)
+				require.LessOrEqual(t, sum(at)+cost, r.max, "step %d: not yet room at the Retry-After", step)
+				require.Greater(t, sum(at-1)+cost, r.max, "step %d: room before the Retry-After", step)
 			}
 		}
 	})
@@ -183,13 +183,13 @@ func FuzzSlidingLogAdjustments(f *testing.F) {
 	f.Add(uint8(1), uint16(5), []byte{1, 0, 1, 2, 1, 3, 0, 1, 0, 2, 2, 7})
 	f.Fuzz(func(t *testing.T, limitByte uint8, windowWord uint16, ops []byte) {
 		ls := limits{n: 2}
-		ls.r[0] = rule{limit: 1 + int64(limitByte)%12, window: 1 + int64(windowWord)%5000}
-		ls.r[1] = rule{limit: ls.r[0].limit + int64(limitByte)/12%8, window: 3 * ls.r[0].window}
+		ls.r[0] = rule{max: 1 + int64(limitByte)%12, window: 1 + int64(windowWord)%5000}
+		ls.r[1] = rule{max: ls.r[0].max + int64(limitByte)/12%8, window: 3 * ls.r[0].window}
 		k := &logKey{ls: ls}
 		for i := range ls.n {
-			ls.r[i].burst = ls.r[i].limit
-			k.ls.r[i].burst = ls.r[i].limit
-			k.lg.ring[i] = make([]int64, ls.r[i].limit)
+			ls.r[i].burst = ls.r[i].max
+			k.ls.r[i].burst = ls.r[i].max
+			k.lg.ring[i] = make([]int64, ls.r[i].max)
 		}
 		model := [2][]int64{} // each limit's units in its window, oldest first
 		type taken struct{ at, cost int64 }
@@ -207,14 +207,14 @@ func FuzzSlidingLogAdjustments(f *testing.F) {
 			ops = ops[3:]
 			now += wait * (1 + ls.r[0].window/32)
 			trim()
-			cost := arg % (ls.r[1].limit + 2)
+			cost := arg % (ls.r[1].max + 2)
 			var v Result
 			switch op {
 			case 0: // take
 				SlidingLog.decideInto(&v, &k.sts, &k.lg, now, &k.ls, cost)
 				fits := true
 				for i := range model {
-					fits = fits && int64(len(model[i]))+cost <= ls.r[i].limit
+					fits = fits && int64(len(model[i]))+cost <= ls.r[i].max
 				}
 				require.Equal(t, fits, v.Allowed(), "step %d: take of %d at %d, model %v", step, cost, now, model)
 				if v.Allowed() && cost > 0 {
@@ -235,7 +235,7 @@ func FuzzSlidingLogAdjustments(f *testing.F) {
 				held = append(held[:j], held[j+1:]...)
 				v = Result{n: 2}
 				v.each[0].countedIn, v.each[1].countedIn = h.at, h.at
-				SlidingLog.refundAll(&k.sts, &k.lg, now, &k.ls, h.cost, &v)
+				SlidingLog.adjustAll(&k.sts, &k.lg, now, &k.ls, h.cost, &v)
 				for i := range model {
 					end := len(model[i])
 					for end > 0 && model[i][end-1] > h.at {
@@ -249,10 +249,10 @@ func FuzzSlidingLogAdjustments(f *testing.F) {
 				}
 			case 2: // penalty
 				v = Result{n: 2, adjust: penalty}
-				SlidingLog.refundAll(&k.sts, &k.lg, now, &k.ls, cost, &v)
+				SlidingLog.adjustAll(&k.sts, &k.lg, now, &k.ls, cost, &v)
 				for i := range model {
-					n := min(cost, ls.r[i].limit)
-					if over := int64(len(model[i])) + n - ls.r[i].limit; over > 0 {
+					n := min(cost, ls.r[i].max)
+					if over := int64(len(model[i])) + n - ls.r[i].max; over > 0 {
 						model[i] = model[i][over:]
 					}
 					for range n {
@@ -261,7 +261,7 @@ func FuzzSlidingLogAdjustments(f *testing.F) {
 				}
 			case 3: // reward
 				v = Result{n: 2, adjust: reward}
-				SlidingLog.refundAll(&k.sts, &k.lg, now, &k.ls, cost, &v)
+				SlidingLog.adjustAll(&k.sts, &k.lg, now, &k.ls, cost, &v)
 				for i := range model {
 					model[i] = model[i][:len(model[i])-int(min(cost, int64(len(model[i]))))]
 				}
@@ -270,7 +270,7 @@ func FuzzSlidingLogAdjustments(f *testing.F) {
 			var after Result
 			SlidingLog.decideInto(&after, &probe, &k.lg, now, &k.ls, 0)
 			for i := range model {
-				want := int(max(0, ls.r[i].limit-int64(len(model[i]))))
+				want := int(max(0, ls.r[i].max-int64(len(model[i]))))
 				require.Equal(t, want, after.each[i].Remaining, "step %d: op %d of %d at %d, limit %d, model %v", step, op, cost, now, i, model[i])
 			}
 		}
@@ -308,7 +308,7 @@ func TestSlidingLogTakesAllocateNothing(t *testing.T) {
 // compaction: many keys over many windows decide as one logKey each.
 func TestSlidingLogManagerMatchesModel(t *testing.T) {
 	var clock testClock
-	r := rule{limit: 4, burst: 4, window: 500}
+	r := rule{max: 4, burst: 4, window: 500}
 	ls := one(r)
 	m := testManager(SlidingLog, ls, 1<<16, clock.millis)
 	keys := map[string]*logKey{}
@@ -335,12 +335,12 @@ func TestSlidingLogManagerMatchesModel(t *testing.T) {
 // with entries out of time order or after the newest. A log written under
 // a larger Max keeps its newest Max entries.
 func TestSlidingLogDecodeRejectsForeignValues(t *testing.T) {
-	r := rule{limit: 3, burst: 3, window: 1000}
+	r := rule{max: 3, burst: 3, window: 1000}
 	ls := one(r)
 	const now = 5000
 	valid := func(times ...int64) []byte {
 		var sts [maxStates]state
-		lg := newLogs(&limits{n: 1, r: [maxLimits]rule{{limit: int64(max(len(times), 1))}}})
+		lg := newLogs(&limits{n: 1, r: [maxLimits]rule{{max: int64(max(len(times), 1))}}})
 		copy(lg.ring[0], times)
 		sts[0] = state{a: times[len(times)-1], b: int64(len(times))}
 		return encodeLogs(encodeStates(&sts, 1, now+1000), &sts, lg, &ls)
@@ -383,7 +383,7 @@ func TestSlidingLogDecodeRejectsForeignValues(t *testing.T) {
 // units left than its own history allows.
 func TestSlidingLogManagerAtItsCap(t *testing.T) {
 	var clock testClock
-	r := rule{limit: 5, burst: 5, window: 10_000}
+	r := rule{max: 5, burst: 5, window: 10_000}
 	ls := one(r)
 	m := testManager(SlidingLog, ls, 4*shardCount, clock.millis)
 	keys := map[string]*logKey{}
@@ -406,7 +406,7 @@ func TestSlidingLogManagerAtItsCap(t *testing.T) {
 		d := got.each[0]
 		if fresh {
 			require.True(t, d.Allowed, "take %d: a new key %s", i, key)
-			require.Equal(t, int(r.limit-cost), d.Remaining, "take %d: a new key %s starts empty", i, key)
+			require.Equal(t, int(r.max-cost), d.Remaining, "take %d: a new key %s starts empty", i, key)
 		}
 		if !forgot[key] {
 			require.GreaterOrEqual(t, d.Remaining, model.Remaining, "take %d: %s has more counted than it took", i, key)
@@ -426,8 +426,8 @@ func TestSlidingLogManagerAtItsCap(t *testing.T) {
 func TestSlidingLogAdjustmentsWithTheClockBehind(t *testing.T) {
 	server := redistest.Start(t)
 	ls := limits{n: 2}
-	ls.r[0] = rule{limit: 3, burst: 3, window: 1000}
-	ls.r[1] = rule{limit: 5, burst: 5, window: 5000}
+	ls.r[0] = rule{max: 3, burst: 3, window: 1000}
+	ls.r[1] = rule{max: 5, burst: 5, window: 5000}
 	var clock testClock
 	base := time.Now().UnixMilli()
 	backends := []backend{
@@ -454,7 +454,7 @@ func TestSlidingLogAdjustmentsWithTheClockBehind(t *testing.T) {
 			if adj == refundTaken {
 				v = last[i]
 			}
-			after, err := b.refund(ctx, key, &ls, 1, &v)
+			after, err := b.adjust(ctx, key, &ls, 1, &v)
 			require.NoError(t, err)
 			got[i] = after
 		}

@@ -38,10 +38,10 @@ func runSteps(t *testing.T, alg Algorithm, r rule, steps []stepCase) {
 	for i, st := range steps {
 		rr := r
 		if st.limit != 0 {
-			rr.limit, rr.burst = st.limit, st.limit
+			rr.max, rr.burst = st.limit, st.limit
 		}
 		if st.refund {
-			s = alg.refund(s, st.at, rr, lastCost, last)
+			s = alg.adjust(refundTaken, s, st.at, rr, lastCost, last)
 			continue
 		}
 		var d Decision
@@ -63,7 +63,7 @@ func tick(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
 func TestFixedWindowSteps(t *testing.T) {
 	sec := 1000 * ms
-	r := rule{limit: 3, burst: 3, window: sec}
+	r := rule{max: 3, burst: 3, window: sec}
 	tests := []struct {
 		name  string
 		steps []stepCase
@@ -124,18 +124,18 @@ func TestFixedWindowSteps(t *testing.T) {
 
 func TestFixedWindowRefundOnlyInItsWindow(t *testing.T) {
 	sec := 1000 * ms
-	r := rule{limit: 3, burst: 3, window: sec}
+	r := rule{max: 3, burst: 3, window: sec}
 	var s state
 	s, d := FixedWindow.take(s, 0, r, 1)
 	require.True(t, d.Allowed)
 	s, _ = FixedWindow.take(s, sec+5, r, 2) // a new window, counted 2
-	s = FixedWindow.refund(s, sec+6, r, 1, d)
+	s = FixedWindow.adjust(refundTaken, s, sec+6, r, 1, d)
 	require.Equal(t, int64(2), s.b, "a refund must not credit a later window")
 }
 
 func TestSlidingWindowSteps(t *testing.T) {
 	sec := 1000 * ms
-	r := rule{limit: 10, burst: 10, window: sec}
+	r := rule{max: 10, burst: 10, window: sec}
 	tests := []struct {
 		name  string
 		steps []stepCase
@@ -182,7 +182,7 @@ func TestSlidingWindowSteps(t *testing.T) {
 
 func TestTokenBucketSteps(t *testing.T) {
 	sec := 1000 * ms
-	r := rule{limit: 10, burst: 5, window: sec} // 1 token per 100ms, capacity 5
+	r := rule{max: 10, burst: 5, window: sec} // 1 token per 100ms, capacity 5
 	tests := []struct {
 		name  string
 		steps []stepCase
@@ -223,7 +223,7 @@ func TestTokenBucketSteps(t *testing.T) {
 // such a client out of its sliding window for good).
 func TestSteadyClientAboveLimitRecovers(t *testing.T) {
 	sec := 1000 * ms
-	r := rule{limit: 10, burst: 10, window: sec}
+	r := rule{max: 10, burst: 10, window: sec}
 	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
 		t.Run(alg.name(), func(t *testing.T) {
 			var s state
@@ -251,7 +251,7 @@ func TestSteadyClientAboveLimitRecovers(t *testing.T) {
 
 // Windows of centuries neither overflow nor go negative.
 func TestHugeWindowsSaturate(t *testing.T) {
-	r := rule{limit: 1, burst: 1, window: timestep.Millis(time.Duration(1<<63 - 1))}
+	r := rule{max: 1, burst: 1, window: timestep.Millis(time.Duration(1<<63 - 1))}
 	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
 		_, d := alg.take(state{}, 1, r, 1)
 		require.True(t, d.Allowed, alg.name())
@@ -263,19 +263,19 @@ func TestHugeWindowsSaturate(t *testing.T) {
 // A bucket refund after the cost has refilled gives nothing back (a slow
 // request that fails cannot let two more through a bucket of one).
 func TestTokenBucketRefundAfterRefill(t *testing.T) {
-	r := rule{limit: 1, burst: 1, window: 1000 * ms}
+	r := rule{max: 1, burst: 1, window: 1000 * ms}
 	s, slow := TokenBucket.take(state{}, 0, r, 1)
 	require.True(t, slow.Allowed)
 	s, d := TokenBucket.take(s, 1000, r, 1)
 	require.True(t, d.Allowed)
-	s = TokenBucket.refund(s, 1001, r, 1, slow)
+	s = TokenBucket.adjust(refundTaken, s, 1001, r, 1, slow)
 	_, d = TokenBucket.take(s, 1001, r, 1)
 	require.False(t, d.Allowed)
 	// Half refilled: the half still owed comes back, and no more.
-	r2 := rule{limit: 2, burst: 2, window: 1000 * ms}
+	r2 := rule{max: 2, burst: 2, window: 1000 * ms}
 	s, slow = TokenBucket.take(state{}, 0, r2, 2)
 	s, d = TokenBucket.take(s, 500, r2, 1) // takes the token refilled meanwhile
 	require.True(t, d.Allowed)
-	s = TokenBucket.refund(s, 500, r2, 2, slow)
+	s = TokenBucket.adjust(refundTaken, s, 500, r2, 2, slow)
 	require.Equal(t, int64(1000), s.b, "only the later request's token stays owed")
 }

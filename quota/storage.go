@@ -4,11 +4,21 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/fiberlimit/limiter/internal/timestep"
 	"hash/maphash"
 	"math"
 	"time"
+
+	"github.com/fiberlimit/limiter/internal/timestep"
 )
+
+// Storage is a key-value store that a Limiter may keep its state in:
+// Fiber's storages (v2 and v3) have these methods. Get returns nil, nil
+// for a missing key; Set keeps val for exp (0: for good).
+type Storage interface {
+	Get(key string) ([]byte, error)
+	Set(key string, val []byte, exp time.Duration) error
+	Delete(key string) error
+}
 
 // storageBackend keeps state in any Storage by reading, deciding and
 // writing back under a lock of this process. That is exact for one process;
@@ -42,6 +52,8 @@ func newStorageBackend(store Storage, alg Algorithm, prefix string, clock func()
 	return b
 }
 
+// take is the backend's take: a read, a decision and a write, under the
+// key's lock.
 func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost int64) (Result, error) {
 	var v Result
 	err := b.modify(ctx, key, ls, false, func(sts *[maxStates]state, lg *logs, now int64) bool {
@@ -66,10 +78,12 @@ func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost 
 	return v, err
 }
 
-func (b *storageBackend) refund(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error) {
+// adjust is the backend's adjustment (a refund, a penalty or a reward),
+// as take makes it.
+func (b *storageBackend) adjust(ctx context.Context, key string, ls *limits, cost int64, v *Result) (Result, error) {
 	var after Result
 	err := b.modify(ctx, key, ls, true, func(sts *[maxStates]state, lg *logs, now int64) bool {
-		after = b.alg.refundAll(sts, lg, now, ls, cost, v)
+		after = b.alg.adjustAll(sts, lg, now, ls, cost, v)
 		return true
 	})
 	return after, err
@@ -81,12 +95,17 @@ func (b *storageBackend) probe(context.Context) error {
 	return err
 }
 
+// classify reads a Storage's error as the Redis backend reads go-redis's
+// (redisFailure): a Storage may sit on go-redis (gofiber's Redis storage
+// does), and the network errors it knows are any store's.
+func (b *storageBackend) classify(err error) failureKind { return redisFailure(err) }
+
 // modify runs step on the states of the key's limits under the key's lock
 // and writes them back when step reports a change. It gives up when ctx
 // ends while it waits for the lock, and does not write once ctx has ended:
 // the caller has answered the request without this decision by then.
 // With keep (an adjustment), the value lasts at least as long as the one
-// it replaces (see refundAll).
+// it replaces (see adjustAll).
 func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, keep bool, step func(sts *[maxStates]state, lg *logs, now int64) bool) error {
 	skey := b.prefix + key
 	lock := b.locks[maphash.String(b.seed, skey)%uint64(len(b.locks))]
@@ -215,7 +234,7 @@ const logVersion = 3
 func newLogs(ls *limits) *logs {
 	lg := new(logs)
 	for i := range ls.n {
-		lg.ring[i] = make([]int64, ls.r[i].limit)
+		lg.ring[i] = make([]int64, ls.r[i].max)
 	}
 	return lg
 }

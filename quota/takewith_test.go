@@ -41,20 +41,20 @@ func TestTakeWithNeedsVary(t *testing.T) {
 	assert.Positive(t, res.Tightest().Window)
 }
 
-// Limiter.Expiration is the window as decided: to the ms, and to the
+// Event's Expiration is the window as decided: to the ms, and to the
 // step for a quota counted in coarser steps.
 func TestExpirationAsDecided(t *testing.T) {
 	l, err := New(Config{Limits: []Limit{{Max: 3, Expiration: 1500 * time.Microsecond}}})
 	require.NoError(t, err)
 	res, err := l.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
-	assert.Equal(t, 2*time.Millisecond, l.Expiration(&res, 0))
+	assert.Equal(t, 2*time.Millisecond, l.Event("k", 1, &res).Expiration)
 
 	v, err := New(Config{Limits: []Limit{{Max: 3, Expiration: time.Minute}}, VaryExpiration: true})
 	require.NoError(t, err)
 	res, err = v.TakeWith(context.Background(), "k", 1, Limit{Expiration: 250 * time.Millisecond})
 	require.NoError(t, err)
-	assert.Equal(t, 250*time.Millisecond, v.Expiration(&res, 0), "TakeWith's")
+	assert.Equal(t, 250*time.Millisecond, v.Event("k", 1, &res).Expiration, "TakeWith's")
 }
 
 // A limiter whose windows vary per call keeps its keys apart from one of
@@ -65,6 +65,6 @@ func TestVaryExpirationPrefix(t *testing.T) {
 	require.NoError(t, fixed.fill())
 	require.NoError(t, varying.fill())
 	a, b := limitsOf(&fixed), limitsOf(&varying)
-	assert.Equal(t, "limiter::fw:1s:", keyPrefix(&fixed, FixedWindow, &a))
-	assert.Equal(t, "limiter::fw:~:", keyPrefix(&varying, FixedWindow, &b))
+	assert.Equal(t, "limiter::fw:1s:", keyPrefix(&fixed, FixedWindow, &a, false))
+	assert.Equal(t, "limiter::fw:~:", keyPrefix(&varying, FixedWindow, &b, false))
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/fiberlimit/limiter/internal/clientaddr"
 	"github.com/fiberlimit/limiter/internal/headers"
+	"github.com/fiberlimit/limiter/internal/redisengine"
 	"github.com/fiberlimit/limiter/quota"
-	"github.com/fiberlimit/limiter/storage/redis"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -40,9 +40,9 @@ type Settings struct {
 	IdempotencyKey bool // the adapter's IdempotencyKey is set
 	IPv6Prefix     int
 
-	// Storage is the adapter's Storage: nil, a storage on go-redis (with
-	// Conn()), this module's redis.Store, a go-redis client, or a
-	// quota.Storage.
+	// Storage is the adapter's Storage: nil, a go-redis client (for
+	// quota.Config.Redis), or a quota.Storage, which quota decides in Redis
+	// when it sits on go-redis (has Conn()).
 	Storage any
 
 	Name, KeyPrefix  string
@@ -59,6 +59,10 @@ type Settings struct {
 	IdempotencyTTL   time.Duration
 	IdempotencyKeys  int
 
+	DryRun                 bool
+	SkipFailedRequests     bool
+	SkipSuccessfulRequests bool
+
 	Headers            headers.Mode
 	DisableHeaders     bool
 	PolicyName         string
@@ -74,11 +78,14 @@ var shared = []string{
 	"FailurePolicy", "StorageTimeout", "BreakerFailures", "BreakerCooldown", "OnStorageError",
 	"DenyCacheKeys", "DisableDenyCache", "IdempotencyTTL", "IdempotencyKeys",
 	"Headers", "DisableHeaders", "PolicyName", "HeaderPartitionKey",
+	"DryRun", "SkipFailedRequests", "SkipSuccessfulRequests",
 }
 
 // CopyFrom sets the shared fields of s from cfg, a pointer to an
 // adapter's Config, which has each of them by the same name and type: one
-// mapping for every adapter, made once at New. It panics if cfg lacks one.
+// mapping for every adapter, made once at New. A Storage that is set and
+// the Limits (a slice of structs with Limit's fields) are copied too. It
+// panics if cfg lacks a shared field.
 func (s *Settings) CopyFrom(cfg any) {
 	from := reflect.ValueOf(cfg).Elem()
 	to := reflect.ValueOf(s).Elem()
@@ -89,13 +96,26 @@ func (s *Settings) CopyFrom(cfg any) {
 		}
 		to.FieldByName(name).Set(f)
 	}
+	if f := from.FieldByName("Storage"); f.IsValid() && !f.IsNil() {
+		s.Storage = f.Interface()
+	}
+	if f := from.FieldByName("Limits"); f.IsValid() {
+		for i := range f.Len() {
+			s.Limits = append(s.Limits, f.Index(i).Convert(reflect.TypeFor[Limit]()).Interface().(Limit))
+		}
+	}
 }
 
-// redisConn is what a Storage offers when it sits on go-redis v9: the
-// *Storage of github.com/gofiber/storage/redis/v3, this module's
-// redis.Store.
-type redisConn interface {
-	Conn() goredis.UniversalClient
+// MustBuild copies the shared fields of cfg (a pointer to an adapter's
+// Config) into s, which holds the adapter's own, and returns the request
+// path they describe. It panics with the message of an invalid field.
+func MustBuild(cfg any, s Settings) *Path {
+	s.CopyFrom(cfg)
+	p, err := s.Build()
+	if err != nil {
+		panic(err.Error())
+	}
+	return p
 }
 
 // Check checks the settings that are the adapters' own (the engine checks
@@ -116,7 +136,7 @@ func (s *Settings) Check() error {
 		return fmt.Errorf("limiter: IPv6Prefix is %d; it must be 0 (the default, %d) to 128 (each address on its own)", s.IPv6Prefix, clientaddr.DefaultIPv6Prefix)
 	}
 	if d := s.Expiration; d < 0 || (d > 0 && d < time.Millisecond) {
-		return fmt.Errorf("limiter: Expiration is %v; it must be 0 (default 1m0s) or at least 1ms", d)
+		return fmt.Errorf("limiter: Expiration is %v; it must be 0 (default %v) or at least 1ms", d, quota.DefaultExpiration)
 	}
 	if len(s.Limits) > 0 {
 		switch {
@@ -151,11 +171,11 @@ func (s *Settings) Check() error {
 	return nil
 }
 
-// Build checks the settings and returns the engine and the header writer
-// they describe.
-func (s *Settings) Build() (*quota.Limiter, *headers.Writer, error) {
+// Build checks the settings and returns the request path they describe:
+// the engine and the header writer.
+func (s *Settings) Build() (*Path, error) {
 	if err := s.Check(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	qc := quota.Config{
 		Algorithm:        s.Algorithm,
@@ -182,20 +202,16 @@ func (s *Settings) Build() (*quota.Limiter, *headers.Writer, error) {
 	}
 	switch st := s.Storage.(type) {
 	case nil:
-	case *redis.Store:
-		qc.RedisStore = st
-	case redisConn:
-		qc.Redis = st.Conn()
 	case goredis.UniversalClient:
 		qc.Redis = st
 	case quota.Storage:
-		qc.Storage = st
+		qc.Storage = redisengine.Handed{Storage: st}
 	default:
-		return nil, nil, fmt.Errorf("limiter: Storage is a %T, which has neither Conn() nor Get, Set and Delete", st)
+		return nil, fmt.Errorf("limiter: Storage is a %T, which is neither a go-redis client nor has Get, Set and Delete", st)
 	}
 	engine, err := quota.New(qc)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var hl []headers.Limit
 	quotas := []int{s.Max, s.Burst}
@@ -212,9 +228,16 @@ func (s *Settings) Build() (*quota.Limiter, *headers.Writer, error) {
 		Quotas:         quotas,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return engine, w, nil
+	return &Path{
+		Engine:     engine,
+		Headers:    w,
+		Memory:     s.Storage == nil,
+		DryRun:     s.DryRun,
+		SkipFailed: s.SkipFailedRequests,
+		SkipOK:     s.SkipSuccessfulRequests,
+	}, nil
 }
 
 // EngineLimits are the engine's limits: Limits, or Max per Expiration

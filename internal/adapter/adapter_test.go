@@ -19,9 +19,10 @@ func TestCopyFrom(t *testing.T) {
 		FailurePolicy                                                                      quota.FailurePolicy
 		OnStorageError                                                                     func(error)
 		DisableDenyCache, DisableHeaders, HeaderPartitionKey                               bool
+		DryRun, SkipFailedRequests, SkipSuccessfulRequests                                 bool
 		Headers                                                                            headers.Mode
 		Other                                                                              int
-	}{1, 2, 3, 4, 5, 6, 8, time.Second, time.Minute, time.Hour, 2 * time.Hour, time.Millisecond, 3 * time.Hour, "n", "p:", "pol", quota.FailClosed, func(error) {}, true, true, true, headers.Both, 7}
+	}{1, 2, 3, 4, 5, 6, 8, time.Second, time.Minute, time.Hour, 2 * time.Hour, time.Millisecond, 3 * time.Hour, "n", "p:", "pol", quota.FailClosed, func(error) {}, true, true, true, true, true, true, headers.Both, 7}
 	var s Settings
 	s.CopyFrom(&cfg)
 	from := reflect.ValueOf(cfg)

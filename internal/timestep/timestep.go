@@ -90,3 +90,7 @@ func Seconds(d time.Duration) int64 {
 	}
 	return s
 }
+
+// Never is the longest Duration: the RetryAfter of a take that can never
+// be admitted, as the engine (quota.Never) and its Redis twin report it.
+const Never = time.Duration(1<<63 - 1)

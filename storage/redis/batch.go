@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/fiberlimit/limiter/internal/redisengine"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -36,16 +37,16 @@ import (
 // their digests for EVALSHA.
 var (
 	batchSources = [...]string{
-		FixedWindow:   batchOf(scriptSources[FixedWindow]),
-		SlidingWindow: batchOf(scriptSources[SlidingWindow]),
-		TokenBucket:   batchOf(scriptSources[TokenBucket]),
-		SlidingLog:    batchOf(scriptSources[SlidingLog]),
+		redisengine.FixedWindow:   batchOf(scriptSources[redisengine.FixedWindow]),
+		redisengine.SlidingWindow: batchOf(scriptSources[redisengine.SlidingWindow]),
+		redisengine.TokenBucket:   batchOf(scriptSources[redisengine.TokenBucket]),
+		redisengine.SlidingLog:    batchOf(scriptSources[redisengine.SlidingLog]),
 	}
 	batchScripts = [...]*redis.Script{
-		FixedWindow:   redis.NewScript(batchSources[FixedWindow]),
-		SlidingWindow: redis.NewScript(batchSources[SlidingWindow]),
-		TokenBucket:   redis.NewScript(batchSources[TokenBucket]),
-		SlidingLog:    redis.NewScript(batchSources[SlidingLog]),
+		redisengine.FixedWindow:   redis.NewScript(batchSources[redisengine.FixedWindow]),
+		redisengine.SlidingWindow: redis.NewScript(batchSources[redisengine.SlidingWindow]),
+		redisengine.TokenBucket:   redis.NewScript(batchSources[redisengine.TokenBucket]),
+		redisengine.SlidingLog:    redis.NewScript(batchSources[redisengine.SlidingLog]),
 	}
 )
 
@@ -162,16 +163,16 @@ var batchReplaced = [][2]string{
 	{"redis.call('SET', key, value, 'PX', exp_all - request_now)", "batch_write(key, value, exp_all - request_now)"},
 	{"redis.call('DEL', key)", "batch_write(key, false, -1)"},
 	{"redis.call('PTTL', key)", "batch_pttl(key)"},
-	// A take once per request goes alone, never in a batch.
-	{"redis.pcall('GET', KEYS[2])", "error('limiter: a take once per request is never batched')"},
-	{"redis.call('SET', KEYS[2], once_tag .. first_answer .. pack('<I5B', first_cost, repeats + 1), 'KEEPTTL')", "error('limiter: a take once per request is never batched')"},
-	{"redis.call('SET', KEYS[2], once_tag .. reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)", "error('limiter: a take once per request is never batched')"},
+	// An idempotent take goes alone, never in a batch.
+	{"redis.pcall('GET', KEYS[2])", "error('limiter: an idempotent take is never batched')"},
+	{"redis.call('SET', KEYS[2], once_tag .. first_answer .. pack('<I5B', first_cost, repeats + 1), 'KEEPTTL')", "error('limiter: an idempotent take is never batched')"},
+	{"redis.call('SET', KEYS[2], once_tag .. reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)", "error('limiter: an idempotent take is never batched')"},
 }
 
 // batchGroup is the calls of one algorithm and slot in a pipeline, and
 // the command that carries them (nil for a call that goes alone).
 type batchGroup struct {
-	alg   Algorithm
+	alg   redisengine.Algorithm
 	slot  int
 	calls []*batchedCall
 	cmd   *redis.SliceCmd

@@ -30,10 +30,10 @@ func TestConcurrentCallsShareScriptCalls(t *testing.T) {
 		t.Run(strconv.Itoa(int(alg)), func(t *testing.T) {
 			client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 8})
 			t.Cleanup(func() { _ = client.Close() })
-			store := New(client)
+			store := New(client).engine
 			require.NoError(t, admin.ConfigResetStat(context.Background()).Err())
 			const callers, each, limit, others = 64, 60, 100, 50
-			rule := Rule{Algorithm: alg, Limit: limit, Window: time.Hour}
+			rule := Rule{Algorithm: alg, Max: limit, Expiration: time.Hour}
 			prefix := "batch-" + strconv.Itoa(int(alg)) + ":"
 			var admitted [others + 1]atomic.Int64
 			var wg sync.WaitGroup
@@ -67,7 +67,7 @@ func TestConcurrentCallsShareScriptCalls(t *testing.T) {
 				}
 				assert.Equal(t, min(sent, limit), admitted[k].Load(), "key %d", k)
 			}
-			pipelines, calls := store.PipelineStats()
+			pipelines, calls := store.pipelineStats()
 			scripts := store.pipes.stats.scripts.Load()
 			evals := redistest.CommandCalls(t, admin, "evalsha") + redistest.CommandCalls(t, admin, "eval")
 			t.Logf("%d decisions: %d pipelines, %d script calls (Redis counted %d)", calls, pipelines, scripts, evals)
@@ -77,7 +77,7 @@ func TestConcurrentCallsShareScriptCalls(t *testing.T) {
 
 			// WithoutBatching: as many script calls as decisions, in fewer
 			// writes.
-			unbatched := New(client, WithoutBatching())
+			unbatched := New(client, WithoutBatching()).engine
 			for range 4 {
 				wg.Go(func() {
 					for i := range 50 {
@@ -101,8 +101,8 @@ func TestBatchErrorsAndFlush(t *testing.T) {
 	require.NoError(t, admin.HSet(ctx, "batch:hash", "f", "v").Err())
 	client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 2})
 	t.Cleanup(func() { _ = client.Close() })
-	store := New(client)
-	rule := Rule{Algorithm: FixedWindow, Limit: 1000, Window: time.Hour}
+	store := New(client).engine
+	rule := Rule{Algorithm: FixedWindow, Max: 1000, Expiration: time.Hour}
 	b := newBatcher(client, &pipelineStats{}, false)
 	calls := []*batchedCall{
 		{ctx: ctx, alg: FixedWindow, key: "batch:a", arg: testTakeArg()},
@@ -156,17 +156,17 @@ func TestBatchesMatchOneByOne(t *testing.T) {
 	ctx := context.Background()
 	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog} {
 		for _, rules := range [][]Rule{
-			{{Algorithm: alg, Limit: 5, Window: time.Second}},
-			{{Algorithm: alg, Limit: 3, Window: time.Second}, {Algorithm: alg, Limit: 7, Window: 5 * time.Second}},
-			{{Algorithm: alg, Limit: 5, Window: time.Second, BlockFor: 700 * time.Millisecond}},
-			{{Algorithm: alg, Limit: 3, Window: time.Second, BlockFor: 300 * time.Millisecond}, {Algorithm: alg, Limit: 7, Window: 5 * time.Second}},
-			{{Algorithm: alg, Limit: 5, Window: time.Second, MinInterval: 90 * time.Millisecond}},
-			{{Algorithm: alg, Limit: 3, Window: time.Second, BlockFor: 300 * time.Millisecond, MinInterval: 50 * time.Millisecond}, {Algorithm: alg, Limit: 7, Window: 5 * time.Second}},
+			{{Algorithm: alg, Max: 5, Expiration: time.Second}},
+			{{Algorithm: alg, Max: 3, Expiration: time.Second}, {Algorithm: alg, Max: 7, Expiration: 5 * time.Second}},
+			{{Algorithm: alg, Max: 5, Expiration: time.Second, BlockFor: 700 * time.Millisecond}},
+			{{Algorithm: alg, Max: 3, Expiration: time.Second, BlockFor: 300 * time.Millisecond}, {Algorithm: alg, Max: 7, Expiration: 5 * time.Second}},
+			{{Algorithm: alg, Max: 5, Expiration: time.Second, MinInterval: 90 * time.Millisecond}},
+			{{Algorithm: alg, Max: 3, Expiration: time.Second, BlockFor: 300 * time.Millisecond, MinInterval: 50 * time.Millisecond}, {Algorithm: alg, Max: 7, Expiration: 5 * time.Second}},
 		} {
 			t.Run(strconv.Itoa(int(alg))+"/"+strconv.Itoa(len(rules))+"/"+rules[0].BlockFor.String()+"/"+rules[0].MinInterval.String(), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(alg), uint64(len(rules))))
 				now := time.UnixMilli(1_700_000_000_000)
-				store := New(single.Client(t), WithClock(func() time.Time { return now }))
+				store := New(single.Client(t), WithClock(func() time.Time { return now })).engine
 				b := newBatcher(batched.Client(t), &pipelineStats{}, false)
 				prefix := "trace:" + strconv.Itoa(int(alg)) + ":" + strconv.Itoa(len(rules)) + ":" + rules[0].BlockFor.String() + ":" + rules[0].MinInterval.String() + ":"
 				admittedAt := map[string][]Result{} // a key's admitted takes, for refunds
@@ -189,7 +189,7 @@ func TestBatchesMatchOneByOne(t *testing.T) {
 						case rng.IntN(8) == 0:
 							flags, cost = argUpTo, int64(rng.IntN(12))
 						}
-						var buf [argHeadSize + MaxRules*argRuleSize + 2*argBlockSize]byte
+						var buf [argMaxSize]byte
 						arg, err := store.pack(&buf, rules, cost, flags, counted)
 						require.NoError(t, err)
 						res, err := runScript(ctx, store.calls, alg, key, string(arg)).Result()
@@ -251,8 +251,8 @@ func TestBatchOutOfMemory(t *testing.T) {
 	ctx := context.Background()
 	client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 2})
 	t.Cleanup(func() { _ = client.Close() })
-	store := New(client)
-	full := Rule{Algorithm: FixedWindow, Limit: 1, Window: time.Hour}
+	store := New(client).engine
+	full := Rule{Algorithm: FixedWindow, Max: 1, Expiration: time.Hour}
 	_, err := store.Take(ctx, "oom:spent", full, 1)
 	require.NoError(t, err)
 	b := newBatcher(client, &pipelineStats{}, false)
@@ -266,7 +266,7 @@ func TestBatchOutOfMemory(t *testing.T) {
 	require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "1").Err())
 	t.Cleanup(func() { _ = admin.ConfigSet(ctx, "maxmemory", "0").Err() })
 
-	var buf [argHeadSize + MaxRules*argRuleSize + 2*argBlockSize]byte
+	var buf [argMaxSize]byte
 	spent, err := store.pack(&buf, []Rule{full}, 1, 0, nil)
 	require.NoError(t, err)
 	spentArg := string(spent)
@@ -330,8 +330,8 @@ func TestBatchCallersKeepTheirDeadlines(t *testing.T) {
 			server := redistest.Start(t)
 			client := goredis.NewClient(&goredis.Options{Addr: server.Addr(), PoolSize: 8, ReadTimeout: readTimeout, MaxRetries: -1})
 			t.Cleanup(func() { _ = client.Close() })
-			store := New(client)
-			rule := Rule{Algorithm: FixedWindow, Limit: 1 << 30, Window: time.Hour}
+			store := New(client).engine
+			rule := Rule{Algorithm: FixedWindow, Max: 1 << 30, Expiration: time.Hour}
 			_, err := store.Take(context.Background(), "warm", rule, 1)
 			require.NoError(t, err)
 
@@ -382,7 +382,7 @@ func TestBatchCallersKeepTheirDeadlines(t *testing.T) {
 			// Back: a fresh key is limited exactly. go-redis's pool keeps
 			// refusing to dial for a while after a run of failed dials, so a
 			// call that could not connect (it ran nothing) is made again.
-			exact := Rule{Algorithm: FixedWindow, Limit: 50, Window: time.Hour}
+			exact := Rule{Algorithm: FixedWindow, Max: 50, Expiration: time.Hour}
 			var admitted atomic.Int64
 			for range callers {
 				wg.Go(func() {

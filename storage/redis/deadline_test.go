@@ -51,10 +51,10 @@ func takeReturnsByTheDeadline(t *testing.T, ctxTimeout bool, opts []Option) {
 	t.Cleanup(func() { _ = client.Close() })
 	hook := &countingHook{}
 	client.AddHook(hook)
-	store := New(client, opts...)
+	store := New(client, opts...).engine
 	require.Same(t, client, store.Conn())
 	ctx := context.Background()
-	rule := Rule{Algorithm: FixedWindow, Limit: 10, Window: time.Minute}
+	rule := Rule{Algorithm: FixedWindow, Max: 10, Expiration: time.Minute}
 	before := hook.n.Load()
 	_, err := store.Take(ctx, "k", rule, 1)
 	require.NoError(t, err)

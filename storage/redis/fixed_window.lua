@@ -1,4 +1,11 @@
--- Fixed window, the twin of fixed_window.go. State: window start (6 bytes)
+-- fixed_window.lua: the fixed window, the body of head.lua's loops for
+-- limit i (the contract of head, fragment and tail is in head.lua's
+-- header). Reads stored, found, n, i, limit, window, counted_in, now,
+-- ahead, cost, refund, penalize and reward; sets fmt, a, b, exp, allowed,
+-- counted, remaining, reset, retry and repair.
+-- The twin of quota/fixed_window.go, in its order: the state
+-- (fixedWindow.read), plausible, adjust (a refund or a reward, then roll,
+-- then a penalty), take and expiry (exp). State: window start (6 bytes)
 -- and the units counted in it (4 bytes; a limit is below 2^32).
 fmt = '<I6I4'
 local start, count = 0, 0
@@ -9,7 +16,7 @@ elseif found then
 end
 -- A count above the limit reads as the whole quota spent for a take; an
 -- adjustment keeps it, and changes it by its own units only (the twin of
--- onTime in limits.go).
+-- fixedWindow.plausible).
 if start > now + ahead then
   start, count, repair = 0, 0, true
 elseif count > limit and not refund then

@@ -35,14 +35,14 @@ func TestForeignTypeTTLCapped(t *testing.T) {
 			require.NoError(t, admin.Expire(ctx, key, ttl).Err())
 		}
 	}
-	store := New(server.Client(t), WithoutPipelining())
+	store := New(server.Client(t), WithoutPipelining()).engine
 	algorithms := map[string]Algorithm{"fixed": FixedWindow, "sliding": SlidingWindow, "token": TokenBucket, "log": SlidingLog}
 	for name, alg := range algorithms {
 		for _, tt := range ttls {
 			t.Run(name+"/alone/"+tt.name, func(t *testing.T) {
 				key := "foreign:" + name
 				foreign(t, key, tt.ttl)
-				_, err := store.Take(ctx, key, Rule{Algorithm: alg, Limit: 10, Window: time.Minute}, 1)
+				_, err := store.Take(ctx, key, Rule{Algorithm: alg, Max: 10, Expiration: time.Minute}, 1)
 				assert.ErrorContains(t, err, "WRONGTYPE")
 				ttl, err := admin.PTTL(ctx, key).Result()
 				require.NoError(t, err)

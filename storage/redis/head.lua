@@ -1,24 +1,69 @@
--- The head of every script: the arguments, the time and the key's value,
--- then the loops over the limits that an algorithm's body runs in, which
--- tail.lua closes before it writes the states back and answers. The scripts
--- are flat (few functions): Redis runs a script's whole chunk on every
--- call, so each local function is a closure made anew each time, which
--- costs more than the arithmetic.
+-- head.lua: the head of every algorithm's script. A script is the line
+-- scripts.go's stateSizes writes (state_size and state_size1: the bytes
+-- of a limit's state in a value of n limits, and of a lone limit's; -1 for
+-- a log), sliding_log_prelude.lua for the log, this file, the algorithm's
+-- fragment (fixed_window.lua, sliding_window.lua, token_bucket.lua or
+-- sliding_log.lua), then tail.lua. This file reads the request and the
+-- key's value and opens the loops over the passes and the limits; the
+-- fragment is the loops' body; tail.lua closes them, writes the value back
+-- and answers. The scripts are flat (few functions): Redis runs a script's
+-- whole chunk on every call, so each local function is a closure made
+-- anew each time, which costs more than the arithmetic.
 --
--- KEYS[1]: the one key that holds the states of every limit of a limited
--- key, so that one decision reads and writes one key (and Redis Cluster
--- never sees CROSSSLOT). ARGV[1]: the request, packed by the Go side in one
--- string so that it is one argument to pass and one C call to read
--- (little-endian): flags (1 byte: 1 = refund, 2 = use the server's TIME,
--- 4 = penalty, 8 = reward; see refund below),
--- cost (5 bytes) and now (6, in ms), then for each limit its limit and
--- burst (4 bytes each), window (7), step (4) and counted_in (7). A limit
--- keeps time in whole steps of `step` ms (1 but for very large quotas):
--- its window, its state's times and counted_in are in steps, and its
--- answer is in ms. (Redis 6 and later replicate a script's writes, not the
--- script, so TIME is safe to use.) Numbers are Lua doubles: every integer
--- the scripts form stays below 2^53, where doubles are exact (the Go side
--- checks limit * window <= 2^51, window in steps).
+-- Inputs. KEYS[1]: the one key that holds the states of every limit of a
+-- limited key, so that one decision reads and writes one key (and Redis
+-- Cluster never sees CROSSSLOT). KEYS[2], for a take once per request
+-- only: its record (see once below). ARGV[1]: the request, packed by the
+-- Go side (wire.go) in one string so that it is one argument to pass and
+-- one C call to read (little-endian): flags (1 byte: 1 = refund, 2 = use
+-- the server's TIME, 4 = penalty, 8 = reward, 16 = up_to, 32 = blocking,
+-- 64 = spacing, 128 = once; see each below), cost (5 bytes) and now (6,
+-- in ms), then for each limit its limit and burst (4 bytes each), window
+-- (7), step (4) and counted_in (7), then block_ms, gap_ms and once_ms (6
+-- bytes each, when their flag is set). A limit keeps time in whole steps
+-- of `step` ms (1 but for very large quotas): its window, its state's
+-- times and counted_in are in steps, and its answer is in ms. (Redis 6
+-- and later replicate a script's writes, not the script, so TIME is safe
+-- to use.) Numbers are Lua doubles: every integer the scripts form stays
+-- below 2^53, where doubles are exact (the Go side checks limit * window
+-- <= 2^51, window in steps).
+--
+-- The contract of head, fragment and tail. The fragment runs for limit i
+-- of n on each pass (pass 0: up_to's look at the room, at cost 0; pass 1:
+-- the take or the adjustment; pass 2: a limit that admitted, decided
+-- again at cost 0 because another rejected). This file declares, and the
+-- fragment reads:
+--   limit, burst, window, step, counted_in  limit i's rule (in steps)
+--   at           the request's time in the limit's steps
+--   now          at, which the fragment may raise (time never goes back
+--                for a key)
+--   ahead        how far past now a state's time may lie and still be
+--                read (the twin of rule.tooFarAhead)
+--   cost         the units to take: 0 but on pass 1, and for a key
+--                blocked or spaced
+--   stored       the key's value without its rules' ends ('' for none),
+--                and found, whether the key held one
+--   refund       the call adjusts rather than takes: penalize or reward
+--                say which adjustment, else the refund of counted_in
+--   i, n, and the library locals below (idiv, floor, max, min, pack,
+--   unpack, sub); the log's fragment also log_part, from its prelude.
+-- The fragment sets, for tail.lua to read (declared below, per limit):
+--   a, b, c, fmt  the state to keep, pack(fmt, a, b, c); or part, packed
+--                already (a log)
+--   exp          when (steps) that state holds nothing; nil when nothing
+--                of this limit is to be written (a take it rejects)
+--   allowed      1 when the limit admits the take, else 0
+--   remaining, reset, retry  its answer (steps; retry < 0: never)
+--   counted      where an admitted cost was counted (Decision.countedIn)
+--   repair       set to true when stored is not a state of these rules
+-- A fragment's own locals shadow none of these names, and it changes no
+-- other of this file's.
+--
+-- The Go twins of this file, in quota: Algorithm.decideRead's passes and
+-- decideUpToInto's pass 0 (limits.go), rule.tooFarAhead (decision.go),
+-- decideKeyInto and decideEnds reading and clamping the key's ends
+-- (block.go), limits.stored and decodeStates (the ends another version
+-- wrote), and idempotencyCache.take (a record's repeats).
 -- The library functions the scripts call, as locals: a global's lookup on
 -- every use costs more than the call. idiv is floor(a / b) for integers
 -- a >= 0 and b > 0, corrected for the rounding of the double division.
@@ -61,7 +106,7 @@ local rules_end, block_ms, gap_ms = #ARGV[1], 0, 0
 -- as long as one for this call's limits (the answer is 1 + 25 bytes a
 -- limit), its flags those of an admission: any other value (another
 -- layout's, another program's, of another type) answers nothing, and an
--- admitted take's record replaces it. The twin of forget_once.lua. Never
+-- admitted take's record replaces it. The twin of forget_record.lua. Never
 -- in a batch.
 local once, once_ms, once_tag = flags >= 128, 0, 'once3\0'
 if once then
@@ -188,7 +233,7 @@ end
 local found = stored ~= false
 stored = stored or ''
 -- repair is set when what was read is not a state of these rules (see
--- plausible in limits.go): it reads as what it can be, and if the call
+-- plausibleAll in limits.go): it reads as what it can be, and if the call
 -- writes nothing, the key is at least given a TTL.
 local repair = false
 
@@ -219,7 +264,7 @@ for pass = first_pass, 2 do
       end
       -- now in the limit's steps; a state whose time lies further ahead
       -- than `ahead` was not written under this rule near now (other steps,
-      -- or another program): it reads as no state (the twin of rule.ahead).
+      -- or another program): it reads as no state (the twin of rule.tooFarAhead).
       local at, ahead = request_now, max(window, 60000)
       if step > 1 then
         at, ahead = idiv(request_now, step), max(window, idiv(60000 + step - 1, step))
@@ -228,11 +273,8 @@ for pass = first_pass, 2 do
       if pass ~= 1 then
         cost = 0
       end
-      -- The body reads limit i's state from stored and sets a, b, c, fmt
-      -- and exp: the state to keep, packed by the struct format fmt (or
-      -- for a log, packed already in part), which holds nothing from exp on (a take sets them when it admits, a
-      -- refund always). A take's answer is allowed (0 or 1), remaining,
-      -- reset and retry (steps; retry < 0 means never) and counted (where
-      -- an admitted cost was counted, for a refund).
+      -- What the fragment sets (see the contract at the top): the state
+      -- to keep (a take sets it when it admits, an adjustment always) and
+      -- limit i's answer.
       local a, b, c, fmt, exp, part = 0, 0, 0, nil, nil, nil
       local allowed, remaining, reset, retry, counted = 0, 0, 0, 0, 0

@@ -21,7 +21,7 @@ func TestKeyRulesReadAPlainValue(t *testing.T) {
 	server := redistest.Start(t)
 	// A clock that stands still: a bucket of 2^30 an hour refills ~300
 	// units a millisecond, which a loaded machine's delay would show.
-	store := New(server.Client(t), WithClock(newClock().now))
+	store := New(server.Client(t), WithClock(newClock().now)).engine
 	ctx := context.Background()
 	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog} {
 		for _, n := range []int{1, 2} {
@@ -31,9 +31,9 @@ func TestKeyRulesReadAPlainValue(t *testing.T) {
 				// MaxLogLimit entries in all.
 				limit, cost = MaxLogLimit/int64(n), MaxLogLimit/int64(2*n)
 			}
-			plain := []Rule{{Algorithm: alg, Limit: limit, Window: time.Hour}, {Algorithm: alg, Limit: 2 * limit, Window: 2 * time.Hour}}[:n]
+			plain := []Rule{{Algorithm: alg, Max: limit, Expiration: time.Hour}, {Algorithm: alg, Max: 2 * limit, Expiration: 2 * time.Hour}}[:n]
 			if alg == SlidingLog {
-				plain[n-1].Limit = limit
+				plain[n-1].Max = limit
 			}
 			keyed := append([]Rule(nil), plain...)
 			keyed[0].BlockFor, keyed[0].MinInterval = time.Hour, time.Millisecond
@@ -58,10 +58,10 @@ func TestKeyRulesReadShortValues(t *testing.T) {
 	rdb := server.Client(t)
 	ctx := context.Background()
 	for _, opts := range [][]Option{nil, {WithoutBatching()}} {
-		store := New(server.Client(t), opts...)
+		store := New(server.Client(t), opts...).engine
 		for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog} {
 			for _, n := range []int{1, 2} {
-				rules := []Rule{{Algorithm: alg, Limit: 5, Window: time.Minute}, {Algorithm: alg, Limit: 9, Window: time.Hour}}[:n]
+				rules := []Rule{{Algorithm: alg, Max: 5, Expiration: time.Minute}, {Algorithm: alg, Max: 9, Expiration: time.Hour}}[:n]
 				rules[0].BlockFor, rules[0].MinInterval = time.Minute, time.Millisecond
 				results := make([]Result, n)
 				for size := range 16 {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fiberlimit/limiter/internal/redisengine"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -78,7 +79,7 @@ func newPipelines(client redis.UniversalClient, batches bool) *pipelines {
 // loaded, say) or has moved the key's slot elsewhere (MOVED, ASK: nothing
 // ran), the call goes alone through the cluster or ring client, which
 // finds the node itself.
-func (p *pipelines) run(ctx context.Context, alg Algorithm, key string, arg []byte) (string, error) {
+func (p *pipelines) run(ctx context.Context, alg redisengine.Algorithm, key string, arg []byte) (string, error) {
 	if p.node == nil {
 		return p.one.run(ctx, alg, key, arg)
 	}
@@ -128,7 +129,7 @@ func notRun(err error) bool {
 // batchedCall is one script call waiting in a batcher.
 type batchedCall struct {
 	ctx  context.Context // the caller's: a call whose caller has left is not sent
-	alg  Algorithm
+	alg  redisengine.Algorithm
 	key  string
 	arg  string
 	cmd  *redis.StringCmd
@@ -167,7 +168,7 @@ func (c *batchedCall) leave() {
 
 // run makes the script call of alg for key with arg, and waits for its
 // answer or for ctx to end.
-func (b *batcher) run(ctx context.Context, alg Algorithm, key string, arg []byte) (string, error) {
+func (b *batcher) run(ctx context.Context, alg redisengine.Algorithm, key string, arg []byte) (string, error) {
 	c := &batchedCall{ctx: ctx, alg: alg, key: key, arg: string(arg)}
 	b.mu.Lock()
 	if b.inFlight < b.maxInFlight { // then nothing is queued either
@@ -378,19 +379,4 @@ func execErr(cmds []redis.Cmder, err error) {
 			}
 		}
 	}
-}
-
-// PipelineStats reports how many writes the Store's pipelines have sent to
-// Redis (a call sent alone counting as a pipeline of one) and how many
-// script calls they carried, since it was made: calls/pipelines is how many
-// calls shared a write on average, 1 when there is no concurrency to
-// coalesce. Not counted: the EVAL that follows a NOSCRIPT, writes that
-// go-redis sends again, and calls that went again through a ClusterClient
-// or Ring (see WithoutPipelining), which count once, in their first write.
-// Both are 0 with WithoutPipelining.
-func (s *Store) PipelineStats() (pipelines, calls int64) {
-	if s.pipes == nil {
-		return 0, 0
-	}
-	return s.pipes.stats.pipelines.Load(), s.pipes.stats.calls.Load()
 }

@@ -20,10 +20,10 @@ import (
 func BenchmarkLoneCaller(b *testing.B) {
 	const rounds, decisions = 9, 3000
 	srv := redistest.Start(b)
-	rule := Rule{Algorithm: FixedWindow, Limit: 1 << 30, Window: time.Minute}
+	rule := Rule{Algorithm: FixedWindow, Max: 1 << 30, Expiration: time.Minute}
 	measure := func(opts ...Option) time.Duration {
 		client := srv.Client(b)
-		store := New(client, opts...)
+		store := New(client, opts...).engine
 		ctx := context.Background()
 		for i := range 200 { // warm: connection, script cache
 			if _, err := store.Take(ctx, "warm-"+strconv.Itoa(i), rule, 1); err != nil {

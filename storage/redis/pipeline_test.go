@@ -28,9 +28,9 @@ func TestConcurrentCallsSharePipelines(t *testing.T) {
 			if !pipelined {
 				opts = append(opts, WithoutPipelining())
 			}
-			store := New(client, opts...)
+			store := New(client, opts...).engine
 			const callers, each, limit = 64, 100, 1000
-			rule := Rule{Algorithm: FixedWindow, Limit: limit, Window: time.Hour}
+			rule := Rule{Algorithm: FixedWindow, Max: limit, Expiration: time.Hour}
 			key := "shared-" + t.Name()
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
@@ -51,7 +51,7 @@ func TestConcurrentCallsSharePipelines(t *testing.T) {
 			}
 			wg.Wait()
 			require.Equal(t, int64(limit), admitted.Load())
-			pipelines, calls := store.PipelineStats()
+			pipelines, calls := store.pipelineStats()
 			t.Logf("%d calls in %d pipelines", calls, pipelines)
 			if !pipelined {
 				assert.Zero(t, pipelines+calls)
@@ -68,9 +68,9 @@ func TestConcurrentCallsSharePipelines(t *testing.T) {
 // exactly, and the Store keeps one batcher per master.
 func TestClusterPipelinesPerNode(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	store := New(cluster.Client(t))
+	store := New(cluster.Client(t)).engine
 	const callers, keys, limit = 96, 300, 3
-	rule := Rule{Algorithm: FixedWindow, Limit: limit, Window: time.Hour}
+	rule := Rule{Algorithm: FixedWindow, Max: limit, Expiration: time.Hour}
 	admitted := takeConcurrently(t, store, rule, callers, keys*(limit+2)/callers*4, keys, "node-", func(g, i int) int { return (g*7919 + i) % keys })
 	for k := range admitted {
 		require.Equal(t, int64(limit), admitted[k], "key %d", k)
@@ -78,7 +78,7 @@ func TestClusterPipelinesPerNode(t *testing.T) {
 	nodes := 0
 	store.pipes.nodes.Range(func(any, any) bool { nodes++; return true })
 	assert.Equal(t, 3, nodes, "one batcher per master")
-	pipelines, calls := store.PipelineStats()
+	pipelines, calls := store.pipelineStats()
 	t.Logf("%d calls in %d writes over %d nodes", calls, pipelines, nodes)
 	assert.Greater(t, float64(calls)/float64(pipelines), 1.5, "calls per write: 1 without coalescing")
 }
@@ -90,11 +90,11 @@ func TestClusterPipelinesPerNode(t *testing.T) {
 func TestClusterMovedGoesThroughClusterClient(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	client := cluster.Client(t)
-	store := New(client)
+	store := New(client).engine
 	wrong, err := client.MasterForKey(context.Background(), "anchor")
 	require.NoError(t, err)
 	store.pipes.node = func(context.Context, string) (*goredis.Client, error) { return wrong, nil }
-	rule := Rule{Algorithm: TokenBucket, Limit: 2, Window: time.Hour}
+	rule := Rule{Algorithm: TokenBucket, Max: 2, Expiration: time.Hour}
 	moved := 0
 	for i := range 30 {
 		key := "moved-" + strconv.Itoa(i)
@@ -118,9 +118,9 @@ func TestRingPipelinesPerShard(t *testing.T) {
 	a, b := redistest.Start(t), redistest.Start(t)
 	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
 	t.Cleanup(func() { _ = ring.Close() })
-	store := New(ring)
+	store := New(ring).engine
 	const callers, keys, limit = 32, 100, 2
-	rule := Rule{Algorithm: SlidingWindow, Limit: limit, Window: time.Hour}
+	rule := Rule{Algorithm: SlidingWindow, Max: limit, Expiration: time.Hour}
 	admitted := takeConcurrently(t, store, rule, callers, keys, keys, "ring-", func(g, i int) int { return (g + i) % keys })
 	for k := range admitted {
 		require.Equal(t, int64(limit), admitted[k], "key %d", k)
@@ -138,7 +138,7 @@ func TestRingPipelinesPerShard(t *testing.T) {
 // takeConcurrently has callers goroutines make each Takes of cost 1 under
 // rule, the i-th of goroutine g on key prefix+keyOf(g, i), and returns how
 // many were admitted per key index (of keys).
-func takeConcurrently(t *testing.T, store *Store, rule Rule, callers, each, keys int, prefix string, keyOf func(g, i int) int) []int64 {
+func takeConcurrently(t *testing.T, store *engine, rule Rule, callers, each, keys int, prefix string, keyOf func(g, i int) int) []int64 {
 	t.Helper()
 	admitted := make([]atomic.Int64, keys)
 	var wg sync.WaitGroup
@@ -192,7 +192,7 @@ func TestRetriedFirstReplyDoesNotRunThePipelineAgain(t *testing.T) {
 	require.NoError(t, node.Do(ctx, "CLUSTER", "DELSLOTS", slot).Err())
 	require.NoError(t, node.ScriptLoad(ctx, scriptSources[FixedWindow]).Err())
 
-	rule := Rule{Algorithm: FixedWindow, Limit: 1000, Window: time.Hour}
+	rule := Rule{Algorithm: FixedWindow, Max: 1000, Expiration: time.Hour}
 	batch := []*batchedCall{
 		{ctx: ctx, alg: FixedWindow, key: "{orphan}", arg: testTakeArg()},
 		{ctx: ctx, alg: FixedWindow, key: other, arg: testTakeArg()},
@@ -200,7 +200,7 @@ func TestRetriedFirstReplyDoesNotRunThePipelineAgain(t *testing.T) {
 	newBatcher(node, &pipelineStats{}, true).exec(ctx, batch)
 	assert.True(t, goredis.HasErrorPrefix(batch[0].cmd.Err(), "CLUSTERDOWN"), "first: %v", batch[0].cmd.Err())
 	require.NoError(t, batch[1].cmd.Err())
-	r, err := New(client, WithoutPipelining()).Take(ctx, other, rule, 0)
+	r, err := New(client, WithoutPipelining()).engine.Take(ctx, other, rule, 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(999), r.Remaining, "the second call ran %d times", 1000-r.Remaining)
 }
@@ -211,8 +211,8 @@ func TestRingShardChangesKeepOneBatcherPerAddress(t *testing.T) {
 	a, b := redistest.Start(t), redistest.Start(t)
 	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"s": a.Addr()}})
 	t.Cleanup(func() { _ = ring.Close() })
-	store := New(ring)
-	rule := Rule{Algorithm: FixedWindow, Limit: 100, Window: time.Hour}
+	store := New(ring).engine
+	rule := Rule{Algorithm: FixedWindow, Max: 100, Expiration: time.Hour}
 	for i := range 20 {
 		addr := a.Addr()
 		if i%2 == 1 {
@@ -431,7 +431,7 @@ func TestPipelineDoesNotResendForACallerThatLeft(t *testing.T) {
 	n, err := client.Exists(ctx, "left").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the call of the caller that left ran")
-	r, err := New(client, WithoutPipelining()).Take(ctx, "stays", Rule{Algorithm: TokenBucket, Limit: 1000, Window: time.Hour}, 0)
+	r, err := New(client, WithoutPipelining()).engine.Take(ctx, "stays", Rule{Algorithm: TokenBucket, Max: 1000, Expiration: time.Hour}, 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(999), r.Remaining, "the other call ran %d times", 1000-r.Remaining)
 }

@@ -1,5 +1,14 @@
--- Sliding log, the twin of sliding_log.go: the times of the units counted
--- in the last window (a cost of k is k entries of one time). Entries at or
+-- sliding_log.lua: the sliding log, the body of head.lua's loops for
+-- limit i (the contract of head, fragment and tail is in head.lua's
+-- header). Reads stored, found, n, i, limit, window, counted_in, at, now,
+-- ahead, cost, refund, penalize, reward and log_part (from
+-- sliding_log_prelude.lua); sets part, exp, allowed, counted, remaining,
+-- reset, retry and repair (fmt stays nil: part is packed already).
+-- The twin of quota/sliding_log.go, in its order: the state
+-- (slidingLog.read), plausible, live (the entries still in the window),
+-- adjust, take and expiry (exp); Go keeps the entries in a ring (logs),
+-- this file in a string. The log holds the times of the units counted in
+-- the last window (a cost of k is k entries of one time); entries at or
 -- before now - window have left it. The log of limit i is read from stored
 -- as entries, a string of 6-byte times, and the state to keep is part.
 local entries, count = '', 0
@@ -74,7 +83,7 @@ if refund then
     entries, count = sub(entries, 1, 6 * (last - k)) .. sub(entries, 6 * last + 1), count - k
   end
   -- The answer is a take's of cost 0 at the request's time, raised to the
-  -- newest entry left (as refundAll's decide raises it).
+  -- newest entry left (as adjustAll's decideRead raises it).
   now = at
   if count > 0 then
     now = max(now, unpack('<I6', entries, 6 * count - 5))

@@ -28,7 +28,7 @@ func TestLogOutOfOrderIsNoState(t *testing.T) {
 	c := newClock()
 	store, rdb, _ := newStore(t, c)
 	ctx := context.Background()
-	rule := Rule{Algorithm: SlidingLog, Limit: 3, Window: time.Second}
+	rule := Rule{Algorithm: SlidingLog, Max: 3, Expiration: time.Second}
 	far := ms(10 * 365 * 24 * time.Hour)
 	require.NoError(t, rdb.Set(ctx, "foreign", logOf(far, far, ms(-5*time.Second)), 0).Err())
 	r, err := store.Take(ctx, "foreign", rule, 1)

@@ -1,7 +1,14 @@
--- Sliding window, the twin of sliding_window.go. State: the current
--- window's start (6 bytes), its count and the previous window's count (3
--- bytes each while both are below 2^24 and the key has one limit, else 4).
--- The estimate times the window is prev * (window - elapsed) + cur * window.
+-- sliding_window.lua: the sliding window, the body of head.lua's loops
+-- for limit i (the contract of head, fragment and tail is in head.lua's
+-- header). Reads stored, found, n, i, limit, window, counted_in, now,
+-- ahead, cost, refund, penalize and reward; sets fmt, a, b, c, exp,
+-- allowed, counted, remaining, reset, retry and repair.
+-- The twin of quota/sliding_window.go, in its order: the state
+-- (slidingWindow.read), plausible, roll, adjust, take (and retryAfter) and
+-- expiry (exp). State: the current window's start (6 bytes), its count
+-- and the previous window's count (3 bytes each while both are below 2^24
+-- and the key has one limit, else 4). The estimate times the window is
+-- prev * (window - elapsed) + cur * window.
 local start, cur, prev = 0, 0, 0
 if n == 1 and #stored == 12 then
   start, cur, prev = unpack('<I6I3I3', stored)

@@ -1,5 +1,18 @@
-      -- The tail of every script: keep limit i's part, close the loops,
-      -- write the states back and answer.
+      -- tail.lua: the tail of every algorithm's script, after its
+      -- fragment (the contract of head, fragment and tail is in head.lua's
+      -- header). It keeps limit i's part of the value and of the answer,
+      -- closes head.lua's loops, applies the key's rules (a block, a gap),
+      -- writes the value back and answers. Reads what the fragment set
+      -- (a, b, c, fmt, part, exp, allowed, remaining, reset, retry,
+      -- counted, repair) and head.lua's locals of the call. Writes the key
+      -- (SET with a PX of exp_all, or DEL), or gives a value it could not
+      -- read a TTL; for an admitted take once per request, writes its
+      -- record (the call's second key). Answers as described at the end.
+      -- The Go twins, in quota: decideRead's second pass (limits.go),
+      -- decideEnds (a block after a rejection, the gap after an admission)
+      -- and Result.block (block.go), expiryAll, keep and limits.stored
+      -- (how long the key is kept, and the ends it keeps); storage/redis's
+      -- decodeResults (wire.go) reads the answer.
       if pass == 1 then
         if allowed == 0 then
           admitted = 0

@@ -1,10 +1,18 @@
--- Token bucket as a GCRA in integers, the twin of token_bucket.go. State:
--- the time of the last update (6 bytes) and the bucket's debt in units of
--- 1/window token (a token is `window` units; the bucket refills `limit`
--- units a ms), in 5 bytes while below 2^40 and the key has one limit, else
--- 7. (A value has 10 bytes a limit for the fixed window, 11 or 13 for the
--- bucket, 12 or 14 for the sliding window; keys of different algorithms or
--- numbers of limits are kept apart by their names, not by these lengths.)
+-- token_bucket.lua: the token bucket as a GCRA in integers, the body of
+-- head.lua's loops for limit i (the contract of head, fragment and tail
+-- is in head.lua's header). Reads stored, found, n, i, limit, burst,
+-- window, counted_in, at, now, ahead, cost, refund, penalize and reward;
+-- sets fmt, a, b, exp, allowed, counted, remaining, reset, retry and
+-- repair.
+-- The twin of quota/token_bucket.go, in its order: the state
+-- (tokenBucket.read), plausible, debtAt (the refill to now), adjust, take
+-- and expiry (exp). State: the time of the last update (6 bytes) and the
+-- bucket's debt in units of 1/window token (a token is `window` units; the
+-- bucket refills `limit` units a step), in 5 bytes while below 2^40 and
+-- the key has one limit, else 7. (A value has 10 bytes a limit for the
+-- fixed window, 11 or 13 for the bucket, 12 or 14 for the sliding window;
+-- keys of different algorithms or numbers of limits are kept apart by
+-- their names, not by these lengths.)
 local last, debt = 0, 0
 if n == 1 and #stored == 11 then
   last, debt = unpack('<I6I5', stored)
@@ -68,7 +76,7 @@ remaining = max(0, burst - idiv(debt + window - 1, window))
 reset = idiv(debt + limit - 1, limit)
 if credited then
   -- Kept while it has debt, even when this rule has refilled it: the rule
-  -- in force may refill more slowly (see refundAll).
+  -- in force may refill more slowly (see adjustAll).
   a, b, exp = raw_last, raw_debt, 0
   if raw_debt > 0 then
     exp = max(at + 1, raw_last + idiv(raw_debt + limit - 1, limit))

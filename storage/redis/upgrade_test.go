@@ -48,10 +48,10 @@ func TestUpgradeTakesTurns(t *testing.T) {
 	server := redistest.Start(t)
 	rdb := server.Client(t)
 	c := newClock()
-	store := New(server.Client(t), WithClock(c.now), WithoutPipelining())
+	store := New(server.Client(t), WithClock(c.now), WithoutPipelining()).engine
 	ctx := context.Background()
 	rulesOf := func(alg Algorithm, block, gap time.Duration) []Rule {
-		return []Rule{{Algorithm: alg, Limit: 10, Window: time.Hour, BlockFor: block, MinInterval: gap}}
+		return []Rule{{Algorithm: alg, Max: 10, Expiration: time.Hour, BlockFor: block, MinInterval: gap}}
 	}
 	settings := []struct {
 		name           string
@@ -75,7 +75,7 @@ func TestUpgradeTakesTurns(t *testing.T) {
 				for i := range 100 {
 					c.at(time.Duration(2*i) * time.Millisecond) // past any MinInterval
 					if i%2 == 0 {
-						var buf [argHeadSize + MaxRules*argRuleSize + 2*argBlockSize]byte
+						var buf [argMaxSize]byte
 						arg, err := store.pack(&buf, oldRules, 1, 0, nil)
 						require.NoError(t, err)
 						reply, err := old.Run(ctx, rdb, []string{key}, string(arg)).Text()

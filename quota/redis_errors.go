@@ -1,0 +1,89 @@
+package quota
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// The errors of go-redis, read for the guard (guard.go), which knows no
+// store's errors: which say that Redis did not run a call (a dial failed,
+// or the server refused service), which that it is out of reach, and
+// which are its answer about one key.
+
+// classify is the Redis backend's reading of a failed call's error.
+func (b *redisBackend) classify(err error) failureKind { return redisFailure(err) }
+
+// redisFailure says what err, of a call through go-redis, tells of Redis:
+// that it did not run the call (a dial failed, refused or out of time
+// itself, or Redis refused service: see refusesService); that it answered
+// about the key (another error reply, such as WRONGTYPE); that it is out
+// of reach (a network error, a connection or pool closed or exhausted);
+// or nothing.
+func redisFailure(err error) failureKind {
+	var op *net.OpError
+	var reply goredis.Error // an error reply from the server
+	isReply := errors.As(err, &reply)
+	var netErr net.Error
+	switch {
+	case errors.As(err, &op) && op.Op == "dial", isReply && refusesService(reply.Error()):
+		return failureNotRun
+	case isReply:
+		return failureAnswer
+	case errors.As(err, &netErr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, goredis.ErrClosed), errors.Is(err, goredis.ErrPoolTimeout), errors.Is(err, goredis.ErrPoolExhausted):
+		return failureOutOfReach
+	}
+	return failureUnknown
+}
+
+// outOfService are the beginnings of the Redis error replies that say the
+// server, not the key, cannot serve the call: it is out of memory
+// (maxmemory under noeviction) or cannot persist (MISCONF), the
+// connection's credentials or database are refused (replies to AUTH, HELLO
+// or SELECT while go-redis sets up a connection, which it then closes, so
+// that every call would dial again), its ACL user may not run a command
+// the script calls (GET, SET, TIME, ...), it is loading, busy with a script,
+// read-only or cut off from its master or cluster, full of clients, or has
+// no script commands.
+var outOfService = [...]string{
+	"OOM", "MISCONF",
+	"NOAUTH", "WRONGPASS", "NOPERM", "ERR AUTH", "ERR Client sent AUTH", "ERR invalid password",
+	// An ACL user's command refused inside a script: Redis 7.0's wording,
+	// and 7.2's and Valkey's (Redis 6's is found within its wrapper, see
+	// refusesService).
+	"ERR " + scriptACLRefusal, "ERR ACL failure in script",
+	"ERR DB index", "ERR invalid DB index",
+	"LOADING", "BUSY ", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "NOREPLICAS",
+	"ERR max number of clients", "ERR unknown command",
+}
+
+// scriptACLRefusal begins what Redis 6 and 7.0 say of a command, or a key,
+// that the ACL user may not run or reach, in a script.
+const scriptACLRefusal = "The user executing the script can't"
+
+// refusesService tells whether a Redis error reply says that the server
+// cannot serve calls now (see outOfService). Redis 6 and earlier give an
+// error that a script's redis.call met as "ERR Error running script (...):
+// ...: -OOM command not allowed ...": the reply's own code follows the
+// last ": -".
+func refusesService(reply string) bool {
+	if strings.HasPrefix(reply, "ERR Error running script") {
+		if strings.Contains(reply, scriptACLRefusal) {
+			return true // Redis 6: an ACL user's command refused in the script
+		}
+		if i := strings.LastIndex(reply, ": -"); i >= 0 {
+			reply = reply[i+3:]
+		}
+	}
+	for _, prefix := range outOfService {
+		if strings.HasPrefix(reply, prefix) {
+			return true
+		}
+	}
+	return false
+}

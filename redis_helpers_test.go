@@ -1,0 +1,81 @@
+package limiter
+
+// Replicas sharing one Storage (Redis, in most tests): building them, hammering a key across them.
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+)
+
+// replicaHandler builds one Fiber app ("replica") around cfg and returns its
+// handler. Requests are keyed by X-Key. Replicas in one process share their
+// state by asking for it with one Name ("replica" unless cfg has one), as
+// separate processes would by running the same code.
+func replicaHandler(cfg Config) fasthttp.RequestHandler {
+	cfg.KeyGenerator = headerKey
+	if cfg.Name == "" {
+		cfg.Name = "replica"
+	}
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(New(cfg))
+	app.Get("/*", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+	return app.Handler()
+}
+
+// strict makes cfg's Storage failures visible instead of handled: FailClosed
+// answers 503, which hammer reports, and the timeout is long enough for a
+// loaded machine under the race detector. A test of exactness would
+// otherwise pass a slow call to the per-replica fallback, which is right
+// in production and wrong for what such a test shows.
+func strict(cfg Config) Config {
+	cfg.FailurePolicy = FailClosed
+	cfg.StorageTimeout = 10 * time.Second
+	return cfg
+}
+
+// serveKeyed serves GET / with X-Key key on replica, and returns the
+// response's status and body.
+func serveKeyed(replica fasthttp.RequestHandler, key string) (int, []byte) {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.SetMethod(fasthttp.MethodGet)
+	ctx.Request.SetRequestURI("/")
+	ctx.Request.Header.Set("X-Key", key)
+	replica(&ctx)
+	return ctx.Response.StatusCode(), ctx.Response.Body()
+}
+
+// hammer sends requests for key spread over the replicas from callers
+// goroutines and returns how many were admitted. Any status but 200 and 429
+// fails the test.
+func hammer(t *testing.T, replicas []fasthttp.RequestHandler, key string, requests, callers int) int {
+	t.Helper()
+	var next, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(requests) {
+					return
+				}
+				switch code, body := serveKeyed(replicas[i%int64(len(replicas))], key); code {
+				case fiber.StatusOK:
+					admitted.Add(1)
+				case fiber.StatusTooManyRequests:
+				default:
+					t.Errorf("status %d: %s", code, body)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(admitted.Load())
+}
