@@ -121,11 +121,7 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			return
 		}
 		var buf [20]byte
-		value := headers.RetryAfterValue(buf[:0], res.RetryAfter())
-		if front := headers.ExhaustedInFront(fields(w.Header()), nil); front > int64(res.RetryAfter()/time.Second) {
-			value = strconv.AppendInt(buf[:0], front, 10)
-		}
-		w.Header().Set("Retry-After", string(value))
+		w.Header().Set("Retry-After", string(headers.FailClosedRetryAfter(buf[:0], fields(w.Header()), res.RetryAfter())))
 		markRejected(w)
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return

@@ -9,7 +9,6 @@ package fiberpath
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/fiberlimit/limiter/internal/adapter"
@@ -107,11 +106,7 @@ func (h *Handler[C]) Serve(c C) error {
 		}
 		h.foldNames(c, fast)
 		var buf [20]byte
-		value := headers.RetryAfterValue(buf[:0], res.RetryAfter())
-		if front := headers.ExhaustedInFront(fieldsOf(fast), nil); front > int64(res.RetryAfter()/time.Second) {
-			value = strconv.AppendInt(buf[:0], front, 10)
-		}
-		fast.Response.Header.SetCanonical(headers.NameRetryAfter, value)
+		fast.Response.Header.SetCanonical(headers.NameRetryAfter, headers.FailClosedRetryAfter(buf[:0], fieldsOf(fast), res.RetryAfter()))
 		fast.SetUserValue(rejectedBehind{}, true)
 		return h.SendStatus(c, fasthttp.StatusServiceUnavailable)
 	}

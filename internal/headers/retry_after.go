@@ -28,8 +28,13 @@ func ExhaustedInFront(h Fields, self [][]byte) int64 {
 	return wait
 }
 
-// RetryAfterValue is a Retry-After value for a wait: whole seconds,
-// rounded up, at least 1.
-func RetryAfterValue(dst []byte, wait time.Duration) []byte {
+// FailClosedRetryAfter appends to dst the Retry-After value of
+// FailClosed's 503, whose wait is the breaker's cool-down: whole seconds,
+// rounded up, at least 1, and no earlier than a limiter in front says its
+// quota is back (ExhaustedInFront of the response's fields h).
+func FailClosedRetryAfter(dst []byte, h Fields, wait time.Duration) []byte {
+	if front := ExhaustedInFront(h, nil); front > int64(wait/time.Second) {
+		return strconv.AppendInt(dst, front, 10)
+	}
 	return strconv.AppendInt(dst, max(1, timestep.Seconds(wait)), 10)
 }
