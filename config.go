@@ -34,8 +34,9 @@ type Config struct {
 	Max int
 
 	// MaxFunc, when set, returns Max for each request (a plan, an API key);
-	// Fiber v3 has it, Fiber v2.52 does not. A result <= 0 leaves the request
-	// unlimited, uncounted and without headers. Not with SlidingLog, Limits or
+	// Fiber v3 has it, Fiber v2.52 does not. As in Fiber v3, a result of 0
+	// leaves the request unlimited, uncounted and without headers, and one
+	// below 0 rejects it (LimitReached, no Retry-After). Not with SlidingLog, Limits or
 	// IdempotencyKey. See quota.Config.VaryMax.
 	//
 	// Optional. Default: nil
@@ -151,8 +152,9 @@ type Config struct {
 	// Optional. Default: nil (one limit: Max per Expiration)
 	Limits []Limit
 
-	// DisableHeaders turns off the rate-limit response headers, as Headers:
-	// HeadersNone does. Retry-After is still sent with a rejection.
+	// DisableHeaders sends no rate-limit header at all, as in Fiber:
+	// Retry-After neither (Headers: HeadersNone keeps Retry-After on a
+	// rejection).
 	//
 	// Default: false
 	DisableHeaders bool
@@ -204,7 +206,9 @@ type Config struct {
 
 	// BlockFor, when above 0, holds a client off for this long after a
 	// rejection, whatever its counts: its requests get 429 with Retry-After
-	// the rest of the block. At most a year. See quota.Config.BlockFor.
+	// the time until the request would be admitted (the rest of the block,
+	// or longer when the limit has no room for it by then). At most a year.
+	// See quota.Config.BlockFor.
 	//
 	// Optional. Default: 0 (none)
 	BlockFor time.Duration
@@ -239,11 +243,19 @@ type Config struct {
 
 	// FailurePolicy says what a request gets while Storage fails: FailFallback
 	// decides it in this replica's memory, FailOpen admits it, FailClosed
-	// answers 503; a Redis call that timed out is answered 429 until the
-	// breaker opens. See docs/failure-handling.md.
+	// answers 503, FailError hands the storage's error to Fiber's error
+	// handler (Fiber's own behaviour); a Redis call that timed out is
+	// answered 429 until the breaker opens. See docs/failure-handling.md.
 	//
 	// Default: FailFallback
 	FailurePolicy FailurePolicy
+
+	// DisableValueRedaction shows the key in the errors the limiter hands
+	// to Fiber's error handler (FailError's storage errors); by default it
+	// is "[redacted]", as in Fiber v3.
+	//
+	// Default: false
+	DisableValueRedaction bool
 
 	// StorageTimeout bounds each Storage call; a slower call is a failure,
 	// decided by FailurePolicy. 0 (the default) or at least 1 ms. See
@@ -272,7 +284,7 @@ type Config struct {
 	// that may evict the limiter's keys (ErrStorageEvicts). See
 	// quota.Config.OnStorageError.
 	//
-	// Optional. Default: nil (warnings go to log.Print)
+	// Optional. Default: nil (failures and warnings go to log.Print)
 	OnStorageError func(err error)
 
 	// DenyCacheKeys is how many keys a rejection by Storage is remembered for
@@ -461,7 +473,8 @@ type (
 	// FailFallback, the default, decides it in this replica's memory (N
 	// replicas then admit up to N times the limit); FailOpen admits it
 	// uncounted; FailClosed answers 503 with a Retry-After of the
-	// breaker's cool-down. docs/failure-handling.md compares them.
+	// breaker's cool-down; FailError hands the storage's error to Fiber's
+	// error handler. docs/failure-handling.md compares them.
 	FailurePolicy = quota.FailurePolicy
 	// HeaderMode chooses the rate-limit headers of a response
 	// (Config.Headers): HeadersXRateLimit, the default and Fiber's
@@ -488,6 +501,7 @@ const (
 	FailFallback FailurePolicy = quota.FailFallback
 	FailOpen     FailurePolicy = quota.FailOpen
 	FailClosed   FailurePolicy = quota.FailClosed
+	FailError    FailurePolicy = quota.FailError
 
 	HeadersXRateLimit HeaderMode = rlheaders.XRateLimit
 	HeadersIETF       HeaderMode = rlheaders.IETF

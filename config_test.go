@@ -43,7 +43,7 @@ func TestInvalidConfigPanicsNamingTheField(t *testing.T) {
 		{"BreakerFailures beyond int32", Config{BreakerFailures: 1 << 31}, "limiter: BreakerFailures is 2147483648; it must be at most 2147483647"},
 		{"negative DenyCacheKeys", Config{DenyCacheKeys: -1}, "limiter: DenyCacheKeys is -1; it must be >= 0"},
 		{"huge DenyCacheKeys", Config{DenyCacheKeys: 1 << 30}, "limiter: DenyCacheKeys is 1073741824; it must be at most 16777216"},
-		{"unknown FailurePolicy", Config{FailurePolicy: 7}, "limiter: FailurePolicy is 7; it must be FailFallback, FailOpen or FailClosed"},
+		{"unknown FailurePolicy", Config{FailurePolicy: 7}, "limiter: FailurePolicy is 7; it must be FailFallback, FailOpen, FailClosed or FailError"},
 		{"Key and KeyGenerator", Config{Key: headerKey, KeyGenerator: headerKey}, "limiter: Key (deprecated) and KeyGenerator are both set"},
 		{"Store and Storage", Config{Store: newMapStorage(), Storage: newMapStorage()}, "limiter: Store (deprecated) and Storage are both set"},
 		{"Duration and Expiration disagree", Config{Duration: time.Second, Expiration: 2 * time.Minute}, "limiter: Duration (deprecated) is 1s and Expiration is 2m0s"},

@@ -4,6 +4,7 @@ package limiter
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,7 +131,7 @@ func TestIPKey(t *testing.T) {
 		{"fe80::1%eth0", 64, "fe80::/64"},
 		{"::ffff:203.0.113.7", 64, "203.0.113.7"},
 		{"not an address", 64, "not an address"},
-		{"1.2.3.4, 5.6.7.8", 64, "1.2.3.4, 5.6.7.8"},
+		{"1.2.3.4, 5.6.7.8", 64, "1.2.3.4, 5.6.7.8"}, // a proxy list, hop by hop
 		{"", 64, ""},
 	} {
 		assert.Equal(t, tt.want, ipKey(tt.ip, tt.bits), "%s /%d", tt.ip, tt.bits)
@@ -159,4 +160,35 @@ func TestKeyIsCopiedBeforeKept(t *testing.T) {
 	for range 3 {
 		require.Equal(t, 200, get(t, app, "/", "aaaa").StatusCode, "the refund must reach aaaa")
 	}
+}
+
+// Behind a proxy whose header lists the hops (X-Forwarded-For, read
+// without Fiber's EnableIPValidation, so c.IP() is the whole list), the
+// default key takes the list hop by hop, each address as a client's: two
+// addresses of one IPv6 /64 behind the same proxy are one client; another
+// /64 is another; and a client that writes a victim's address first, to
+// which the proxy appends its own hop, does not take the victim's key.
+func TestProxyListKeyedByClient(t *testing.T) {
+	const hdr = "X-Forwarded-For"
+	h := addrApp(Config{Max: 1, Expiration: time.Hour}, hdr)
+	require.Equal(t, fiber.StatusOK, fromAddr(t, h, hdr, "2001:db8:1:2::a, 10.0.0.1"))
+	require.Equal(t, fiber.StatusTooManyRequests, fromAddr(t, h, hdr, "2001:db8:1:2::b,10.0.0.1"), "the same /64 behind the same proxy")
+	require.Equal(t, fiber.StatusOK, fromAddr(t, h, hdr, "2001:db8:1:3::a, 10.0.0.1"), "another /64")
+	require.Equal(t, fiber.StatusOK, fromAddr(t, h, hdr, "203.0.113.7"), "a victim")
+	require.Equal(t, fiber.StatusOK, fromAddr(t, h, hdr, "203.0.113.7, 198.51.100.66"), "one who writes the victim's address first")
+	require.Equal(t, fiber.StatusTooManyRequests, fromAddr(t, h, hdr, "203.0.113.7"), "the victim, on its own key")
+}
+
+// A KeyGenerator that returns "" lumps such requests under one key, as in
+// Fiber; the first time, and only then, the limiter says so in the log.
+func TestEmptyKeyLogged(t *testing.T) {
+	logs := captureLogOutput(t)
+	app := newApp(Config{Max: 2, Expiration: time.Hour, KeyGenerator: headerKey}, nil, nil)
+	for range 3 {
+		get(t, app, "/", "")
+	}
+	assert.Equal(t, fiber.StatusTooManyRequests, get(t, app, "/", "").StatusCode, "one key for all")
+	assert.Equal(t, 1, strings.Count(logs.String(), "KeyGenerator returned an empty key"), logs.String())
+	get(t, app, "/", "someone")
+	assert.Equal(t, 1, strings.Count(logs.String(), "empty key"))
 }

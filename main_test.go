@@ -18,7 +18,9 @@ const exampleRedisEnv = "LIMITER_EXAMPLE_REDIS"
 
 // TestMain starts a redis-server for the examples (without a redis-server
 // binary, the Redis example is skipped, unless LIMITER_REQUIRE_REDIS=1),
-// and fails the run if any goroutine outlives the tests. Ignored are
+// keeps go-redis's own log lines (the failed dials of tests that kill
+// Redis) out of the output unless the run fails, and fails the run if any
+// goroutine outlives the tests. Ignored are
 // fasthttp's one process-wide goroutine that refreshes its Date header,
 // the two that Fiber's own limiter leaves running for good (its memory
 // storage's gc loop and its timestamp updater), which only the comparison
@@ -46,7 +48,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := redistest.QuietClientLogs(m).Run()
 	stop()
 	if code == 0 {
 		if err := goleak.Find(

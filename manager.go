@@ -20,10 +20,12 @@ import (
 // applied) and algorithm alg. It panics, naming the field, when cfg is
 // invalid.
 func newPath(cfg *Config, alg quota.Algorithm) *adapter.Path {
-	return adapter.MustBuild(cfg, adapter.Settings{
+	p := adapter.MustBuild(cfg, adapter.Settings{
 		Algorithm:      alg,
 		MaxFunc:        cfg.MaxFunc != nil,
 		IdempotencyKey: cfg.IdempotencyKey != nil,
 		Clock:          cfg.clock,
 	})
+	p.FailError, p.ShowKeys = cfg.FailurePolicy == FailError, cfg.DisableValueRedaction
+	return p
 }

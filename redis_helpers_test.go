@@ -12,14 +12,29 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// policyAnswered is the response header that a replica sets when the
+// failure policy answered a request instead of its Storage (the call
+// failed, or the breaker was open): DecisionEvent.Fallback.
+const policyAnswered = "X-Test-Policy-Answered"
+
 // replicaHandler builds one Fiber app ("replica") around cfg and returns its
 // handler. Requests are keyed by X-Key. Replicas in one process share their
 // state by asking for it with one Name ("replica" unless cfg has one), as
-// separate processes would by running the same code.
+// separate processes would by running the same code. A response that the
+// failure policy answered carries policyAnswered.
 func replicaHandler(cfg Config) fasthttp.RequestHandler {
 	cfg.KeyGenerator = headerKey
 	if cfg.Name == "" {
 		cfg.Name = "replica"
+	}
+	observe := cfg.OnDecision
+	cfg.OnDecision = func(c *fiber.Ctx, e DecisionEvent) {
+		if e.Fallback() {
+			c.Set(policyAnswered, "1")
+		}
+		if observe != nil {
+			observe(c, e)
+		}
 	}
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Use(New(cfg))
@@ -54,7 +69,16 @@ func serveKeyed(replica fasthttp.RequestHandler, key string) (int, []byte) {
 // fails the test.
 func hammer(t *testing.T, replicas []fasthttp.RequestHandler, key string, requests, callers int) int {
 	t.Helper()
-	var next, admitted atomic.Int64
+	admitted, _ := hammerCounted(t, replicas, key, requests, callers, false)
+	return admitted
+}
+
+// hammerCounted is hammer, which also returns how many requests the
+// failure policy answered (policyAnswered); with policy503 it accepts
+// FailClosed's 503 for those.
+func hammerCounted(t *testing.T, replicas []fasthttp.RequestHandler, key string, requests, callers int, policy503 bool) (admitted, byPolicy int) {
+	t.Helper()
+	var next, ok, policy atomic.Int64
 	var wg sync.WaitGroup
 	for range callers {
 		wg.Add(1)
@@ -65,17 +89,27 @@ func hammer(t *testing.T, replicas []fasthttp.RequestHandler, key string, reques
 				if i >= int64(requests) {
 					return
 				}
-				switch code, body := serveKeyed(replicas[i%int64(len(replicas))], key); code {
-				case fiber.StatusOK:
-					admitted.Add(1)
-				case fiber.StatusTooManyRequests:
+				var ctx fasthttp.RequestCtx
+				ctx.Request.Header.SetMethod(fasthttp.MethodGet)
+				ctx.Request.SetRequestURI("/")
+				ctx.Request.Header.Set("X-Key", key)
+				replicas[i%int64(len(replicas))](&ctx)
+				answered := len(ctx.Response.Header.Peek(policyAnswered)) > 0
+				if answered {
+					policy.Add(1)
+				}
+				switch code := ctx.Response.StatusCode(); {
+				case code == fiber.StatusOK:
+					ok.Add(1)
+				case code == fiber.StatusTooManyRequests:
+				case code == fiber.StatusServiceUnavailable && answered && policy503:
 				default:
-					t.Errorf("status %d: %s", code, body)
+					t.Errorf("status %d: %s", code, ctx.Response.Body())
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return int(admitted.Load())
+	return int(ok.Load()), int(policy.Load())
 }

@@ -443,7 +443,7 @@ func TestFaultReportsNameTheCause(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			replicas, hook := faultWarmReplica(t, srv, faultGoRedis)
+			replicas, hook := faultWarmReplicaTimed(t, srv, faultGoRedis, ConfigDefault.StorageTimeout)
 			tc.down(t, srv)
 			start := time.Now()
 			var found error

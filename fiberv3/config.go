@@ -39,8 +39,9 @@ type Config struct {
 	Next func(c fiber.Ctx) bool
 
 	// MaxFunc, when set, returns Max for each request (a plan, an API key).
-	// A result <= 0 leaves the request unlimited, where Fiber v3 rejects
-	// below 0; one above 2^32-1 counts as 2^32-1. Unset, or left at
+	// As in Fiber v3, a result of 0 leaves the request unlimited and one
+	// below 0 rejects it (LimitReached, no Retry-After); one above 2^32-1
+	// counts as 2^32-1. Unset, or left at
 	// ConfigDefault.MaxFunc, it stands for Max: New fills in a function that
 	// returns Max before it calls LimiterMiddleware.New, as Fiber v3 does.
 	//
@@ -99,14 +100,16 @@ type Config struct {
 	// Optional. Default: false
 	SkipSuccessfulRequests bool
 
-	// DisableHeaders sends no rate-limit headers (Retry-After still goes
-	// with a rejection). Headers: HeadersNone means the same.
+	// DisableHeaders sends no rate-limit header at all, as in Fiber:
+	// Retry-After neither (Headers: HeadersNone keeps Retry-After on a
+	// rejection).
 	//
 	// Optional. Default: false
 	DisableHeaders bool
 
-	// DisableValueRedaction is accepted for Fiber's sake: this limiter
-	// puts no key into its errors or logs, so there is nothing to redact.
+	// DisableValueRedaction shows the key in the errors the limiter hands
+	// to Fiber's error handler (FailError's storage errors); by default it
+	// is "[redacted]", as in Fiber.
 	//
 	// Optional. Default: false
 	DisableValueRedaction bool
@@ -220,7 +223,8 @@ type Config struct {
 	MaxKeys int
 
 	// FailurePolicy says what happens to a request when Storage fails or
-	// its breaker is open (docs/failure-handling.md). Under FailFallback a
+	// its breaker is open (docs/failure-handling.md); FailError is Fiber's
+	// behaviour, the storage's error to the error handler. Under FailFallback a
 	// Redis call that timed out is rejected (429) until the breaker opens:
 	// Redis may still count it.
 	//
@@ -248,7 +252,7 @@ type Config struct {
 	// OnStorageError receives failed Storage calls as a *StorageError, at
 	// most one a second, and warnings about Storage's settings.
 	//
-	// Optional. Default: nil (warnings go to the standard logger)
+	// Optional. Default: nil (failures and warnings go to the standard logger)
 	OnStorageError func(err error)
 
 	// DenyCacheKeys is how many rejected keys this process remembers, so
@@ -349,7 +353,8 @@ type (
 	// FailFallback, the default, decides it in this replica's memory (N
 	// replicas then admit up to N times the limit); FailOpen admits it
 	// uncounted; FailClosed answers 503 with a Retry-After of the
-	// breaker's cool-down. docs/failure-handling.md compares them.
+	// breaker's cool-down; FailError hands the storage's error to Fiber's
+	// error handler. docs/failure-handling.md compares them.
 	FailurePolicy = quota.FailurePolicy
 	// HeaderMode chooses the rate-limit headers of a response
 	// (Config.Headers): HeadersXRateLimit, the default and Fiber's
@@ -376,6 +381,7 @@ const (
 	FailFallback FailurePolicy = quota.FailFallback
 	FailOpen     FailurePolicy = quota.FailOpen
 	FailClosed   FailurePolicy = quota.FailClosed
+	FailError    FailurePolicy = quota.FailError
 
 	HeadersXRateLimit HeaderMode = rlheaders.XRateLimit
 	HeadersIETF       HeaderMode = rlheaders.IETF

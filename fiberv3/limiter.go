@@ -73,6 +73,7 @@ func newHandler(config *Config, alg quota.Algorithm) fiber.Handler {
 		IdempotencyKey: cfg.IdempotencyKey != nil,
 		Clock:          cfg.clock,
 	})
+	path.FailError, path.ShowKeys = cfg.FailurePolicy == FailError, cfg.DisableValueRedaction
 	h := &fiberpath.Handler[fiber.Ctx]{
 		Path:           path,
 		Framework:      framework(),

@@ -35,8 +35,8 @@ type Config struct {
 	Max int
 
 	// MaxFunc, when set, returns Max for each request instead of the Max
-	// field; a result <= 0 means no limit for that request. See
-	// quota.Config.VaryMax.
+	// field: 0 means no limit for that request, below 0 rejects it
+	// (LimitReached, no Retry-After). See quota.Config.VaryMax.
 	//
 	// Optional. Default: nil
 	MaxFunc func(r *http.Request) int
@@ -78,8 +78,9 @@ type Config struct {
 	// Optional. Default: false
 	SkipSuccessfulRequests bool
 
-	// DisableHeaders sends no rate-limit headers (Retry-After still goes
-	// with a rejection). Headers: HeadersNone means the same.
+	// DisableHeaders sends no rate-limit header at all, as in Fiber:
+	// Retry-After neither (Headers: HeadersNone keeps Retry-After on a
+	// rejection).
 	//
 	// Optional. Default: false
 	DisableHeaders bool
@@ -204,9 +205,9 @@ type Config struct {
 	MaxKeys int
 
 	// FailurePolicy says what happens to a request when Redis or Storage
-	// fails: FailFallback, FailOpen or FailClosed, as docs/failure-handling.md
-	// tells (a Redis call that timed out is answered 429 until the breaker
-	// opens: Redis may still count it).
+	// fails: FailFallback, FailOpen, FailClosed or FailError (a 500), as
+	// docs/failure-handling.md tells (a Redis call that timed out is
+	// answered 429 until the breaker opens: Redis may still count it).
 	//
 	// Optional. Default: FailFallback
 	FailurePolicy FailurePolicy
@@ -232,7 +233,7 @@ type Config struct {
 	// OnStorageError receives failed calls as a *StorageError, at most one a
 	// second, and warnings about the store's settings.
 	//
-	// Optional. Default: nil (warnings go to the standard logger)
+	// Optional. Default: nil (failures and warnings go to the standard logger)
 	OnStorageError func(err error)
 
 	// DenyCacheKeys is how many rejected keys this process remembers, so
@@ -278,7 +279,7 @@ type (
 	// FailurePolicy says what happens to a request while Redis or Storage
 	// fails (Config.FailurePolicy): FailFallback, the default, decides it
 	// in this process's memory; FailOpen admits it uncounted; FailClosed
-	// answers 503.
+	// answers 503; FailError answers 500.
 	FailurePolicy = quota.FailurePolicy
 	// HeaderMode chooses the rate-limit headers of a response
 	// (Config.Headers): HeadersXRateLimit, the default (X-Ratelimit-Limit,
@@ -308,6 +309,7 @@ const (
 	FailFallback FailurePolicy = quota.FailFallback
 	FailOpen     FailurePolicy = quota.FailOpen
 	FailClosed   FailurePolicy = quota.FailClosed
+	FailError    FailurePolicy = quota.FailError
 
 	HeadersXRateLimit HeaderMode = headers.XRateLimit
 	HeadersIETF       HeaderMode = headers.IETF

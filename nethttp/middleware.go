@@ -49,6 +49,7 @@ func New(cfg Config) func(http.Handler) http.Handler {
 		s.Storage = cfg.Redis
 	}
 	l := &limiter{cfg: cfg, Path: adapter.MustBuild(&cfg, s)}
+	l.FailError = cfg.FailurePolicy == FailError
 	if l.cfg.KeyGenerator == nil {
 		bits := cmp.Or(cfg.IPv6Prefix, clientaddr.DefaultIPv6Prefix)
 		l.cfg.KeyGenerator = func(r *http.Request) string { return remoteKey(r, bits) }
@@ -85,9 +86,14 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	req := adapter.Request{Cost: 1}
 	if l.cfg.MaxFunc != nil {
-		if req.First.Max = l.cfg.MaxFunc(r); req.First.Max <= 0 {
+		// 0 leaves the request unlimited, below 0 rejects it (a plan that
+		// admits nothing; see quota.Limiter.TakeWith).
+		switch req.First.Max = l.cfg.MaxFunc(r); {
+		case req.First.Max == 0:
 			next.ServeHTTP(w, r)
 			return
+		case req.First.Max < 0:
+			req.First.Max = -1
 		}
 	}
 	if l.cfg.Cost != nil {
@@ -97,6 +103,9 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		}
 	}
 	req.Key = l.cfg.KeyGenerator(r)
+	if req.Key == "" {
+		l.EmptyKey()
+	}
 	if l.cfg.OnDecision != nil {
 		req.Start = time.Now()
 	}
@@ -105,7 +114,9 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	var res quota.Result
 	if err := l.Take(r.Context(), &req, &res); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		// The error (a store's, with FailError) is not the client's to
+		// read; a failed store call reaches OnStorageError or the log.
+		http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 		return
 	}
 	if l.cfg.OnDecision != nil {
@@ -120,8 +131,10 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			next.ServeHTTP(w, r)
 			return
 		}
-		var buf [20]byte
-		w.Header().Set("Retry-After", string(headers.FailClosedRetryAfter(buf[:0], fields(w.Header()), res.RetryAfter())))
+		if !l.Headers.Silent() {
+			var buf [20]byte
+			w.Header().Set("Retry-After", string(headers.FailClosedRetryAfter(buf[:0], fields(w.Header()), res.RetryAfter())))
+		}
 		markRejected(w)
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return

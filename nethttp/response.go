@@ -33,7 +33,9 @@ func (w *responseWriter) before(status int) {
 		return
 	}
 	w.done = true
-	w.l.Finish(w.r.Context(), &w.req, status, &w.res)
+	// The status is the handler's: with FailError, a failed refund can no
+	// longer change it (the Fiber adapters hand it to the error handler).
+	_ = w.l.Finish(w.r.Context(), &w.req, status, &w.res)
 	var out headers.Out
 	w.l.Headers.WriteAdmitted(&out, fields(w.Header()), &w.res, w.req.Key, w.l.DryRun, w.rejectedBehind)
 	setFields(w.Header(), &out)

@@ -22,13 +22,16 @@ func (keyEnds) state(blockEnd, gapEnd int64) state { return state{a: blockEnd, b
 // (keyEnds): ls.block, and ls.gap, the least time between two admitted
 // takes.
 //
-//   - A key whose block has not ended is rejected whatever its counts: each
-//     limit answers as a take of 0 would, with nothing Remaining and
-//     RetryAfter the block's rest.
+//   - A key whose block has not ended is rejected whatever its counts
+//     (rejectHeld), and its RetryAfter is when the same take would be
+//     admitted: once the block, and for a take of a cost the gap, has
+//     ended, and its limits have room for it.
 //   - A take of a cost above 0 before the gap since the last admitted one
-//     has passed is rejected in the same way, for the gap's rest.
-//   - A take the limits reject, one that could be admitted later (and one
-//     rejected for the gap), blocks the key until now + ls.block.
+//     has passed is rejected in the same way.
+//   - A take the limits reject, or one rejected for the gap, blocks the
+//     key until now + ls.block, unless no wait would admit it (a cost
+//     above a quota: RetryAfter Never). A take rejected during a block
+//     does not draw it out.
 //   - An admitted take of a cost above 0 starts the gap.
 //
 // An end further ahead than a block or a gap lasts (another setting, or a
@@ -65,12 +68,18 @@ func (a Algorithm) decideEnds(v *Result, sts *[maxStates]state, lg *logs, now in
 	if spacing {
 		gapEnd = min(gapEnd, now+ls.gap)
 	}
+	// The rest of the gap, which a take of a cost waits out even when a
+	// block ends first (it would be rejected for the gap then).
+	gapRest := int64(0)
+	if spacing && cost > 0 {
+		gapRest = gapEnd - now
+	}
 	if blocking && blockEnd > now {
-		a.rejectAtCostZero(v, sts, lg, now, ls, blockEnd-now)
+		a.rejectHeld(v, sts, lg, now, ls, cost, max(blockEnd-now, gapRest))
 		return blockEnd, gapEnd
 	}
-	if spacing && cost > 0 && gapEnd > now {
-		a.rejectAtCostZero(v, sts, lg, now, ls, gapEnd-now)
+	if gapRest > 0 {
+		a.rejectHeld(v, sts, lg, now, ls, cost, gapRest)
 	} else {
 		if ls.upTo {
 			a.decideUpToInto(v, sts, lg, now, ls, cost)
@@ -92,21 +101,43 @@ func (a Algorithm) decideEnds(v *Result, sts *[maxStates]state, lg *logs, now in
 	return blockEnd, gapEnd
 }
 
-// rejectAtCostZero makes v the rejection, for rest more ms, of a take on
-// the states sts, which it leaves as they are.
-func (a Algorithm) rejectAtCostZero(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, rest int64) {
+// rejectHeld makes v the rejection of a take of cost that a block or a
+// gap holds off for rest more ms, on the states sts, which it leaves as
+// they are. Each limit answers as a take of 0 would, with nothing
+// Remaining, and RetryAfter when the take would be admitted: after rest,
+// and once the limit has room for the cost, which its own RetryAfter for
+// the take says now (a limit's room only grows while nothing is counted,
+// so the later of the two is when it admits the take; Never when it never
+// will). A take up to a cost (ls.upTo) waits for room for one unit. The
+// Lua twins find the waits in a pass at the cost (pass 0) before the pass
+// at cost 0.
+func (a Algorithm) rejectHeld(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost, rest int64) {
+	if ls.upTo {
+		cost = min(cost, 1)
+	}
+	var wait Result
 	probe := *sts
+	a.decideInto(&wait, &probe, lg, now, ls, cost)
+	probe = *sts
 	a.decideInto(v, &probe, lg, now, ls, 0)
+	for i := range v.n {
+		v.each[i].RetryAfter = wait.each[i].RetryAfter // 0 where the cost fits now
+	}
 	v.block(rest)
 }
 
-// block makes v the rejection of a key held off for rest more ms.
+// block makes v the rejection of a key held off for rest more ms: each
+// limit's RetryAfter, and its ResetAfter, last at least that long; a
+// RetryAfter of Never stays Never.
 func (v *Result) block(rest int64) {
 	wait := millis(rest)
 	for i := range v.n {
 		d := &v.each[i]
 		d.Allowed, d.Remaining, d.countedIn = false, 0, 0
-		d.RetryAfter = max(d.RetryAfter, wait)
-		d.ResetAfter = max(d.ResetAfter, d.RetryAfter)
+		d.ResetAfter = max(d.ResetAfter, wait)
+		if d.RetryAfter != Never {
+			d.RetryAfter = max(d.RetryAfter, wait)
+			d.ResetAfter = max(d.ResetAfter, d.RetryAfter)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"time"
 
@@ -52,6 +53,14 @@ type Config struct {
 	// sharing the Redis (a plain, Sentinel failover, Cluster or Ring
 	// client) admit exactly the limit between them.
 	//
+	// Limiters of one process on one Redis must differ in algorithm,
+	// window or Name (see Name). Two clients count as one Redis when they
+	// have the same Addr and DB (a Cluster or Ring client: the same
+	// addresses), whatever their user; a client with a Dialer of its own,
+	// or a Sentinel failover client, counts as a Redis of its own, since
+	// its Addr does not say where it goes: limiters on two such clients
+	// that reach one server keep apart only by their Names.
+	//
 	// Optional. Default: nil (state in this process, or in Storage)
 	Redis goredis.UniversalClient
 
@@ -82,7 +91,10 @@ type Config struct {
 	// BlockFor, when above 0, holds off a key that a take was rejected for
 	// (one that could be admitted later, not a cost above the quota) for
 	// this long after the rejection, whatever its counts: its takes are
-	// rejected, with Remaining 0 and RetryAfter the rest of the block. A
+	// rejected, with Remaining 0 and RetryAfter the time until the take
+	// would be admitted: the block's end, or later if the limits (or
+	// MinInterval) would still reject it then; Never for a cost above the
+	// quota. A
 	// brute-force login, say, then waits out the block, not just the
 	// window. On Redis the block is kept with the key's counts, so every
 	// replica holds it off; the deny cache answers it too. Refund,
@@ -96,7 +108,8 @@ type Config struct {
 	// MinInterval, when above 0, is the least time between two admitted
 	// takes of a key (of a cost above 0): "and no two requests closer than
 	// 200 ms". A take that comes sooner is rejected, with Remaining 0 and
-	// RetryAfter the rest of the wait, and counts nothing (with BlockFor,
+	// RetryAfter the rest of the wait (or longer, when the limits have no
+	// room for it by then), and counts nothing (with BlockFor,
 	// it blocks the key as any rejection does). On Redis every replica
 	// keeps it. It holds for every algorithm. At most a year.
 	//
@@ -145,7 +158,8 @@ type Config struct {
 
 	// FailurePolicy says what a take does when Redis or Storage fails or
 	// its breaker is open: FailFallback (the default) decides in memory,
-	// FailOpen admits uncounted, FailClosed rejects.
+	// FailOpen admits uncounted, FailClosed rejects, FailError returns the
+	// store's error (with no breaker: every take calls the store).
 	FailurePolicy FailurePolicy
 
 	// StorageTimeout bounds each call to Redis or Storage (at least 1 ms).
@@ -171,7 +185,8 @@ type Config struct {
 	// *StorageError: the first at once, then at most one a second with
 	// the count in between; and warnings about the store's settings.
 	//
-	// Optional. Default: nil (warnings go to the standard logger)
+	// Optional. Default: nil (the same reports, at the same pace, and the
+	// warnings go to the standard logger, log.Print)
 	OnStorageError func(err error)
 
 	// DenyCacheKeys is how many keys a rejection by Redis or Storage is
@@ -185,6 +200,19 @@ type Config struct {
 	//
 	// Optional. Default: false
 	DisableDenyCache bool
+
+	// DisableRedisCheck keeps New from calling Redis. By default New makes
+	// one call to a Redis it has not had an answer from, and returns an
+	// error (wrapping ErrRedisRefused) when Redis answers but refuses it:
+	// a wrong or missing password, an ACL user without a command the
+	// limiter runs, a DB the server does not have. A Redis out of reach
+	// is no error (it is reported as a failed call is). New waits for the
+	// call 1.5 s at most, once a minute per client. With the check
+	// off, such a refusal shows only as failed calls, answered by
+	// FailurePolicy.
+	//
+	// Optional. Default: false
+	DisableRedisCheck bool
 
 	// IdempotencyTTL is how long TakeIdempotent keeps a request's first Result
 	// for its repeats, at most 365 days.
@@ -286,8 +314,8 @@ func (cfg *Config) fill() error {
 			return fmt.Errorf("limiter: %s is %v; it must be 0 (default %v) or at least 1ms", f.name, f.d, f.def)
 		}
 	}
-	if cfg.FailurePolicy > FailClosed {
-		return fmt.Errorf("limiter: FailurePolicy is %d; it must be FailFallback, FailOpen or FailClosed", cfg.FailurePolicy)
+	if cfg.FailurePolicy > FailError {
+		return fmt.Errorf("limiter: FailurePolicy is %d; it must be FailFallback, FailOpen, FailClosed or FailError", cfg.FailurePolicy)
 	}
 	if i := strings.IndexAny(cfg.Name, ":{}"); i >= 0 {
 		return fmt.Errorf("limiter: Name %q contains %q; it must not contain ':', '{' or '}' (it is a part of every key in Storage, and braces would make it a Redis Cluster hash tag)", cfg.Name, cfg.Name[i])
@@ -382,4 +410,28 @@ func limitsOf(cfg *Config) limits {
 		ls.r[i] = newRule(limit, burst, l.Expiration, most)
 	}
 	return ls
+}
+
+// checkNil returns an error, naming the field, when client or storage is
+// a nil pointer (or map, ...) of some type: a value that is set, but on
+// which every call would panic.
+func checkNil(client goredis.UniversalClient, storage Storage) error {
+	for _, f := range [...]struct {
+		name string
+		v    any
+	}{{"Redis", client}, {"Storage", storage}} {
+		if f.v != nil && isNil(f.v) {
+			return fmt.Errorf("limiter: %s is a nil %T; make it with its package's New", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// isNil tells whether v holds a nil pointer, map, slice, channel or func.
+func isNil(v any) bool {
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.UnsafePointer, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }

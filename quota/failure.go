@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"math"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,18 @@ const (
 	// seconds, at least 1 s. The middlewares answer 503 Service
 	// Unavailable with that Retry-After.
 	FailClosed
+	// FailError returns the store's error from the take (Take, TakeInto,
+	// TakeWith, TakeUpTo, TakeIdempotent), wrapped: errors.Is and errors.As
+	// reach it. Nothing answers in its place, and every take calls the
+	// store: there is no fallback, and the breaker never keeps calls off
+	// it, so each request waits for its own call, up to StorageTimeout
+	// (a rejection that the store made earlier is still answered by the
+	// deny cache until its RetryAfter, unless DisableDenyCache is set).
+	// The middlewares hand the error to the framework's error handler,
+	// which usually answers 500. It is what Fiber's own limiter does with
+	// a storage error: choose it when a request that cannot be counted
+	// must fail, and the application's error handler is to decide how.
+	FailError
 )
 
 // String returns the policy's name, as in the constant's name.
@@ -43,6 +56,8 @@ func (p FailurePolicy) String() string {
 		return "FailOpen"
 	case FailClosed:
 		return "FailClosed"
+	case FailError:
+		return "FailError"
 	}
 	return fmt.Sprintf("FailurePolicy(%d)", uint8(p))
 }
@@ -85,9 +100,9 @@ func (e *StorageError) Unwrap() error { return e.Err }
 // Config.OnStorageError, in ms.
 const errorReportInterval = 1000
 
-// errorReporter calls the user's hook with storage failures: the first at
-// once, then at most once per errorReportInterval, counting the failures
-// in between.
+// errorReporter calls the user's hook with storage failures, or without
+// one logs them with the standard logger: the first at once, then at most
+// once per errorReportInterval, counting the failures in between.
 type errorReporter struct {
 	hook    func(error)
 	last    atomic.Int64 // ms of the last report
@@ -95,6 +110,11 @@ type errorReporter struct {
 }
 
 func newErrorReporter(hook func(error)) *errorReporter {
+	if hook == nil {
+		// A store that fails unseen is a limit that is not kept: each
+		// replica deciding alone, say, admits its own Max.
+		hook = func(err error) { log.Print(err) }
+	}
 	r := &errorReporter{hook: hook}
 	r.last.Store(math.MinInt64 / 2)
 	return r
@@ -102,9 +122,6 @@ func newErrorReporter(hook func(error)) *errorReporter {
 
 // failed records a failure at now (ms) and reports it if it is time to.
 func (r *errorReporter) failed(now int64, err error, breakerOpen bool) {
-	if r.hook == nil {
-		return
-	}
 	r.pending.Add(1)
 	last := r.last.Load()
 	if now-last < errorReportInterval || !r.last.CompareAndSwap(last, now) {
@@ -117,7 +134,11 @@ func (r *errorReporter) failed(now int64, err error, breakerOpen bool) {
 // least that Retry-After, in whole seconds, can say.
 const slowRetry = time.Second
 
-// failedTake answers a take whose call failed with err. Under FailFallback
+// failedTake answers a take whose call failed with err. A call that
+// failed because its request ended gets that error, whatever the policy.
+// Under FailError
+// the answer is the error, wrapped (with unavailable's rejection for a
+// caller that cannot return one). Under FailFallback
 // a Redis call that ran out of time is not handed to the fallback unless
 // Redis is out of service: its script may still run (a busy Redis runs
 // what it has read, after the caller has gone), and Redis may hold the key
@@ -130,10 +151,16 @@ const slowRetry = time.Second
 // cannot tell a slow Redis from one that is not there (go-redis retries a
 // refused dial past StorageTimeout before it says so). Other failures, and
 // the other policies, get unavailable's answer.
-func (g *guardedStore) failedTake(ctx context.Context, key string, ls *limits, cost int64, err error) Result {
+func (g *guardedStore) failedTake(ctx context.Context, key string, ls *limits, cost int64, err error) (Result, error) {
+	if endedWithRequest(err) {
+		return Result{}, err // no failure of the store's: no policy answers it (request_ended.go)
+	}
+	if g.policy == FailError {
+		return g.unavailable(ctx, key, ls, cost), fmt.Errorf("limiter: storage failed: %w", err)
+	}
 	if g.policy != FailFallback || !g.countsLate || !errors.Is(err, ErrStorageTimeout) || g.store.classify(err) == failureNotRun ||
 		g.answeredAt.Load() < 0 || g.refusedAt.Load() >= int64(time.Since(g.origin)/time.Millisecond)-g.breaker.cooldown {
-		return g.unavailable(ctx, key, ls, cost)
+		return g.unavailable(ctx, key, ls, cost), nil
 	}
 	v := Result{n: ls.n, source: SourceFallback}
 	for i := range ls.n {
@@ -143,25 +170,28 @@ func (g *guardedStore) failedTake(ctx context.Context, key string, ls *limits, c
 			v.each[i].RetryAfter = Never
 		}
 	}
-	return v
+	return v, nil
 }
 
 // unavailable is the failure policy's answer: FailOpen's admission and
 // FailClosed's rejection carry each limit's Limit (Remaining 0), and
-// FailClosed's a RetryAfter of the breaker's cool-down.
+// FailClosed's a RetryAfter of the breaker's cool-down. FailError, whose
+// answer is an error, gets FailClosed's where there is no error to return
+// (decider.takeKey).
 func (g *guardedStore) unavailable(ctx context.Context, key string, ls *limits, cost int64) Result {
 	if g.policy == FailFallback {
 		v, _ := g.fallback.take(ctx, key, ls, cost)
 		v.source = SourceFallback
 		return v
 	}
+	open := g.policy == FailOpen
 	v := Result{n: ls.n, source: SourceFailOpen}
-	if g.policy == FailClosed {
+	if !open {
 		v.source = SourceFailClosed
 	}
 	for i := range ls.n {
-		v.each[i] = Decision{Allowed: g.policy == FailOpen, Limit: int(capacity(g.alg, ls.r[i]))}
-		if g.policy == FailClosed {
+		v.each[i] = Decision{Allowed: open, Limit: int(capacity(g.alg, ls.r[i]))}
+		if !open {
 			v.each[i].RetryAfter = g.retryClosed
 		}
 	}

@@ -16,9 +16,10 @@ import (
 // guardedStore is a store backend (Redis or a fiber.Storage) behind what a
 // remote store needs: a deny cache in front, a timeout on every call
 // (timeout.go), a breaker with its probe (probe.go), and the failure policy
-// for when there is no answer. It is a Limiter's decider: its takeKey
+// for when there is no answer. It is a Limiter's decider: its take
 // returns a Result from the store, the deny cache, the fallback limiter,
-// or FailOpen's admission or FailClosed's rejection (see Result.Source);
+// or FailOpen's admission or FailClosed's rejection (see Result.Source),
+// or under FailError the store's error;
 // its adjustKey never fails a request, and reports errors to the hook only.
 // It knows no store's errors: the store classifies them (remoteBackend).
 type guardedStore struct {
@@ -107,12 +108,18 @@ const (
 const quickAnswer = 2 * time.Millisecond
 
 func newGuardedStore(store remoteBackend, ctxTimeout bool, cfg *Config, alg Algorithm, n int) *guardedStore {
+	failures := cfg.BreakerFailures
+	if cfg.FailurePolicy == FailError {
+		// Every take calls the store (admitCall): the breaker is not to
+		// open, and no probe to run.
+		failures = math.MaxInt32
+	}
 	g := &guardedStore{
 		store:      store,
 		windowed:   cfg.VaryExpiration,
 		ctxTimeout: ctxTimeout,
 		timeout:    cfg.StorageTimeout,
-		breaker:    newBreaker(cfg.BreakerFailures, timestep.Millis(cfg.BreakerCooldown)),
+		breaker:    newBreaker(failures, timestep.Millis(cfg.BreakerCooldown)),
 		policy:     cfg.FailurePolicy,
 		alg:        alg,
 		// saturates for the longest cool-downs
@@ -168,8 +175,17 @@ func (g *guardedStore) now() int64 {
 	return int64(time.Since(g.origin) / time.Millisecond)
 }
 
-// takeKey is the decider's take, of cost for key under ls.
+// takeKey is the decider's take, of cost for key under ls: take without
+// its error, which under FailError leaves FailClosed's rejection. The
+// Limiter's takes call take, and return the error.
 func (g *guardedStore) takeKey(ctx context.Context, key string, ls limits, cost int64) Result {
+	v, _ := g.take(ctx, key, ls, cost)
+	return v
+}
+
+// take takes cost for key under ls. Its error, under FailError only, is
+// the failed call's.
+func (g *guardedStore) take(ctx context.Context, key string, ls limits, cost int64) (Result, error) {
 	if g.windowed {
 		key = windowedKey(nil, &ls, key)
 	}
@@ -187,12 +203,12 @@ func (g *guardedStore) takeKey(ctx context.Context, key string, ls limits, cost 
 	if g.deny != nil {
 		v, ok, g0 := g.deny.check(key, now, &ls, denyCost)
 		if ok {
-			return v
+			return v, nil
 		}
 		gen = g0
 	}
 	if !g.admitCall(now) {
-		return g.unavailable(ctx, key, &ls, cost)
+		return g.unavailable(ctx, key, &ls, cost), nil
 	}
 	v, err := call(ctx, g, key, "", false, func(ctx context.Context, key string) (Result, error) {
 		return g.store.take(ctx, key, &ls, cost)
@@ -203,14 +219,14 @@ func (g *guardedStore) takeKey(ctx context.Context, key string, ls limits, cost 
 	if g.deny != nil && !v.Allowed() {
 		g.deny.add(key, now, &ls, denyCost, &v, gen)
 	}
-	return v
+	return v, nil
 }
 
 // takeIdempotent is TakeIdempotent on a store that keeps the records
 // (recordKeeper), for request r of key: the store's idempotent take,
 // behind the deny cache for the store's rejections of r (see
-// idempotency.go).
-func (g *guardedStore) takeIdempotent(ctx context.Context, key string, r *requestID, ls limits, cost int64) Result {
+// idempotency.go). Its error, under FailError only, is the failed call's.
+func (g *guardedStore) takeIdempotent(ctx context.Context, key string, r *requestID, ls limits, cost int64) (Result, error) {
 	if g.windowed {
 		key = windowedKey(nil, &ls, key)
 	}
@@ -220,22 +236,22 @@ func (g *guardedStore) takeIdempotent(ctx context.Context, key string, r *reques
 	now := g.now()
 	v, ok, gen := g.deny.checkIdempotent(key, r, now, &ls, cost)
 	if ok {
-		return v
+		return v, nil
 	}
-	v = g.takeRecorded(ctx, key, r.record(), &ls, cost)
-	if v.source == SourceBackend && !v.Allowed() {
+	v, err := g.takeRecorded(ctx, key, r.record(), &ls, cost)
+	if err == nil && v.source == SourceBackend && !v.Allowed() {
 		g.deny.addIdempotent(key, r, idempotentDenyMost, now, &ls, cost, &v, gen)
 	}
-	return v
+	return v, err
 }
 
 // takeRecorded is the store's idempotent take under the request's record,
 // without the deny cache (a repeat of an admitted request must get its
 // admission).
-func (g *guardedStore) takeRecorded(ctx context.Context, key, record string, ls *limits, cost int64) Result {
+func (g *guardedStore) takeRecorded(ctx context.Context, key, record string, ls *limits, cost int64) (Result, error) {
 	keeper, ok := g.store.(recordKeeper)
 	if !ok || !g.admitCall(g.now()) {
-		return g.unavailable(ctx, key, ls, cost)
+		return g.unavailable(ctx, key, ls, cost), nil
 	}
 	v, err := call(ctx, g, key, "", false, func(ctx context.Context, key string) (Result, error) {
 		return keeper.takeIdempotent(ctx, key, record, ls, cost)
@@ -243,7 +259,7 @@ func (g *guardedStore) takeRecorded(ctx context.Context, key, record string, ls 
 	if err != nil {
 		return g.failedTake(ctx, key, ls, cost, err)
 	}
-	return v
+	return v, nil
 }
 
 // forgetIdempotent drops the record of request r of key, an idempotent
@@ -279,17 +295,17 @@ func (g *guardedStore) forgetIdempotent(ctx context.Context, key string, r *requ
 // reward) and returns the state it leaves; ok is false when it could not
 // (the store failed, and the adjustment is lost), which never fails the
 // request: errors go to the hook only.
-func (g *guardedStore) adjustKey(ctx context.Context, key string, ls limits, cost int64, v Result) (after Result, ok bool) {
+func (g *guardedStore) adjustKey(ctx context.Context, key string, ls limits, cost int64, v Result) (Result, error) {
 	if g.windowed {
 		key = windowedKey(nil, &ls, key)
 	}
 	switch v.source {
 	case SourceFallback:
-		after, _ = g.fallback.adjust(ctx, key, &ls, cost, &v)
+		after, _ := g.fallback.adjust(ctx, key, &ls, cost, &v)
 		after.source = SourceFallback
-		return after, true
+		return after, nil
 	case SourceDenyCache, SourceFailOpen, SourceFailClosed, SourceRepeat:
-		return Result{}, false // nothing was counted
+		return Result{}, errNothingCounted
 	}
 	if g.deny != nil {
 		// Before the call, and again after it: a rejection that a take
@@ -298,13 +314,18 @@ func (g *guardedStore) adjustKey(ctx context.Context, key string, ls limits, cos
 		defer g.deny.forget(key)
 	}
 	if !g.admitCall(g.now()) {
-		return Result{}, false // the store is not answering: the credit is lost
+		return Result{}, errBreakerOpen // the store is not answering: the credit is lost
 	}
-	after, err := call(ctx, g, key, v.adjust.String(), false, func(ctx context.Context, key string) (Result, error) {
+	return call(ctx, g, key, v.adjust.String(), false, func(ctx context.Context, key string) (Result, error) {
 		return g.store.adjust(ctx, key, &ls, cost, &v)
 	})
-	return after, err == nil
 }
+
+// The errors of an adjustment the store was not asked to make.
+var (
+	errNothingCounted = errors.New("limiter: the take counted nothing in the store")
+	errBreakerOpen    = errors.New("limiter: the breaker is open: the store is not answering")
+)
 
 // call runs fn on the store within g.timeout (see within) and tells the
 // breaker and the error hook how it went; what names the call in an error
@@ -315,6 +336,16 @@ func call[T any](ctx context.Context, g *guardedStore, key, what string, probe b
 	if err != nil {
 		if g.life.Err() != nil {
 			return v, err // the limiter is gone: nobody to tell
+		}
+		if endedWithRequest(err) {
+			// No failure of the store's, for the breaker. One that the
+			// application's deadline ended is reported all the same: a
+			// store slower than every request allows would otherwise go
+			// unseen; a client's going away is not.
+			if errors.Is(err, context.DeadlineExceeded) {
+				g.reporter.failed(g.now(), err, g.breaker.open())
+			}
+			return v, err
 		}
 		if what != "" {
 			err = fmt.Errorf("limiter: %s: %w", what, err)

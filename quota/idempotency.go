@@ -31,8 +31,9 @@ import (
 // once count the request once. In memory and in another Storage the
 // records are kept here, in this process, in a cache bounded by
 // Config.IdempotencyKeys, each for Config.IdempotencyTTL: a request's
-// takes wait for each other on its shard's lock, so two at once count
-// once too.
+// takes wait for each other (the request is marked busy while its take is
+// out), so two at once count once too, while takes of other requests go
+// on meanwhile, a Storage's round trip included.
 //
 // On Redis the deny cache answers a request with a rejection the store
 // gave that very request (key and id), never with one of its key's plain
@@ -107,6 +108,12 @@ type idempotencyShard struct {
 	records map[requestID]idempotencyRecord
 	order   []requestID // the records in the order they came, a ring once full
 	next    int         // where the next record goes in order, once full
+	// busy holds the requests whose take is out, each until it is done:
+	// at most one entry per take under way. A take of a busy request
+	// waits on idle, which is signalled whenever one of the shard's
+	// takes is done.
+	busy map[requestID]struct{}
+	idle sync.Cond
 }
 
 type idempotencyRecord struct {
@@ -119,31 +126,42 @@ type idempotencyRecord struct {
 func newIdempotencyCache(ttl time.Duration, limit int, clock func() int64) *idempotencyCache {
 	c := &idempotencyCache{ttl: max(1, ttl.Milliseconds()), perShard: max(1, (limit+idempotencyShards-1)/idempotencyShards), clock: clock}
 	for i := range c.shards {
-		c.shards[i].records = make(map[requestID]idempotencyRecord)
+		s := &c.shards[i]
+		s.records = make(map[requestID]idempotencyRecord)
+		s.busy = make(map[requestID]struct{})
+		s.idle.L = &s.mu
 	}
 	return c
 }
 
 // take returns the kept Result of request r, as a repeat, when its cost is
 // at most the kept take's, or else the Result of take, which it keeps when
-// it is an admission by the backend. The shard's lock is held meanwhile,
-// so that a request taken twice at once is taken once.
+// it is an admission by the backend. Request r is busy meanwhile: another
+// take of r waits for it, so that a request taken twice at once is taken
+// once; takes of other requests do not wait, since take runs without the
+// shard's lock.
 func (c *idempotencyCache) take(r requestID, cost int64, take func() Result) Result {
 	s := &c.shards[r[0]%idempotencyShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := c.clock()
-	if rec, ok := s.records[r]; ok && rec.until > now && rec.repeats < maxRepeats && cost <= rec.cost {
+	for {
+		if _, ok := s.busy[r]; !ok {
+			break
+		}
+		s.idle.Wait()
+	}
+	if rec, ok := s.records[r]; ok && rec.until > c.clock() && rec.repeats < maxRepeats && cost <= rec.cost {
 		rec.repeats++
 		s.records[r] = rec
 		v := rec.v
 		v.source = SourceRepeat
 		return v
 	}
-	v := take()
+	v := s.takeAlone(r, take)
 	if !v.Allowed() || v.source != SourceBackend {
 		return v
 	}
+	now := c.clock()
 	if _, ok := s.records[r]; !ok {
 		if len(s.order) < c.perShard {
 			s.order = append(s.order, r)
@@ -155,6 +173,20 @@ func (c *idempotencyCache) take(r requestID, cost int64, take func() Result) Res
 	}
 	s.records[r] = idempotencyRecord{v: v, cost: cost, until: now + c.ttl}
 	return v
+}
+
+// takeAlone runs take with request r busy and the shard's lock released,
+// which it holds again on return, when it wakes the takes waiting for r
+// (even when take panics).
+func (s *idempotencyShard) takeAlone(r requestID, take func() Result) Result {
+	s.busy[r] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.busy, r)
+		s.idle.Broadcast()
+	}()
+	return take()
 }
 
 // forget makes request r's record answer no more repeats, so that a retry

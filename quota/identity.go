@@ -2,9 +2,10 @@ package quota
 
 import (
 	"cmp"
+	"context"
 	"fmt"
-	"github.com/fiberlimit/limiter/internal/timestep"
 	"maps"
+	"net"
 	"reflect"
 	"runtime"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/fiberlimit/limiter/internal/timestep"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -138,10 +140,12 @@ func (u *identityUser) clashes(named bool) bool { return !named || !u.named }
 // cannot be told (a value that is not a pointer). A Redis storage is told
 // by the server it reaches, so that two storages, or two clients, of one
 // Redis are one store: the address and database of a client, whatever
-// ACL user it logs in as (users share the keys), a failover client by its
-// own address, since its server changes; the sorted seed addresses of a
-// cluster or ring. Any other storage by its address in
-// memory.
+// ACL user it logs in as (users share the keys); the sorted seed addresses
+// of a cluster or ring. A client whose address does not say where it goes
+// is told by its address in memory, a store of its own: a failover
+// client, whose server changes, and a client with a Dialer of its own
+// (a tunnel, a proxy), which may take the same Addr anywhere. Any other
+// storage by its address in memory.
 func storeIdentity(store any) string {
 	if conn, ok := store.(redisConn); ok {
 		store = conn.Conn()
@@ -149,16 +153,20 @@ func storeIdentity(store any) string {
 	if client, ok := store.(goredis.UniversalClient); ok {
 		switch c := client.(type) {
 		case *goredis.Client:
-			if o := c.Options(); o.Addr != "FailoverClient" {
+			if o := c.Options(); o.Addr != "FailoverClient" && !ownDialer(o.Dialer) {
 				return fmt.Sprintf("redis %s/%d", o.Addr, o.DB)
 			}
 		case *goredis.ClusterClient:
-			addrs := slices.Clone(c.Options().Addrs)
-			slices.Sort(addrs)
-			return "redis cluster " + strings.Join(addrs, ",")
+			if o := c.Options(); !ownDialer(o.Dialer) {
+				addrs := slices.Clone(o.Addrs)
+				slices.Sort(addrs)
+				return "redis cluster " + strings.Join(addrs, ",")
+			}
 		case *goredis.Ring:
-			addrs := slices.Sorted(maps.Values(c.Options().Addrs))
-			return "redis ring " + strings.Join(addrs, ",")
+			if o := c.Options(); !ownDialer(o.Dialer) {
+				addrs := slices.Sorted(maps.Values(o.Addrs))
+				return "redis ring " + strings.Join(addrs, ",")
+			}
 		}
 	}
 	v := reflect.ValueOf(store)
@@ -424,4 +432,18 @@ func (r *identityRegistry) lookAgain(look laterLook) {
 		e.lookAfterGC(look.id)
 	}
 	r.sweep(look.id, e)
+}
+
+// ownDialer tells whether dial is a Dialer that a client's Options set,
+// rather than none or go-redis's own (NewDialer's, which a client gets
+// when its Options leave Dialer nil, and which dials the address it is
+// given).
+func ownDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) bool {
+	if dial == nil {
+		return false
+	}
+	// The function's name, not its code: NewDialer's closure has code of
+	// its own wherever NewDialer is inlined.
+	name := runtime.FuncForPC(reflect.ValueOf(dial).Pointer()).Name()
+	return !strings.Contains(name, ".NewDialer.func")
 }

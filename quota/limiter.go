@@ -24,6 +24,9 @@ type Limiter struct {
 	// decider makes every take and adjustment: the in-memory manager, or
 	// the guarded store over Redis or Storage.
 	decider decider
+	// guard is the decider when it is a guarded store, whose takes
+	// return errors under FailError (see take); nil otherwise.
+	guard *guardedStore
 	// memory is the decider when it is the in-memory manager, for
 	// TakeInto (see there); nil otherwise.
 	memory *manager
@@ -54,7 +57,7 @@ type decider interface {
 	// take that returned v, or a penalty or a reward. It returns the state
 	// that leaves, and false when the store failed and the adjustment is
 	// lost.
-	adjustKey(ctx context.Context, key string, ls limits, cost int64, v Result) (Result, bool)
+	adjustKey(ctx context.Context, key string, ls limits, cost int64, v Result) (Result, error)
 }
 
 // New returns a Limiter for cfg, or an error that names the field of cfg
@@ -87,6 +90,9 @@ func newLimiter(cfg Config) (*Limiter, error) {
 	if ok {
 		cfg.Storage = handed.Storage
 	}
+	if err := checkNil(cfg.Redis, cfg.Storage); err != nil {
+		return nil, err
+	}
 	lua, field := cfg.Storage, "Storage"
 	if cfg.RedisStore != nil {
 		lua, field = cfg.RedisStore, "RedisStore"
@@ -101,6 +107,15 @@ func newLimiter(cfg Config) (*Limiter, error) {
 	case cfg.Redis != nil || onRedis(lua):
 		backend := newRedisBackend(cfg.Redis, lua, l.alg, prefix, &cfg)
 		guard = newGuardedStore(backend, honorsContext(backend.engine.Conn()), &cfg, l.alg, n)
+		if cfg.Redis != nil {
+			field = "Redis"
+		}
+		if !cfg.DisableRedisCheck {
+			if err := guard.checkRedis(backend, field); err != nil {
+				guard.end()
+				return nil, err
+			}
+		}
 		l.backend, identity = "redis", backend.engine.Conn()
 		l.recordStore = guard
 	case cfg.Storage != nil:
@@ -124,7 +139,7 @@ func newLimiter(cfg Config) (*Limiter, error) {
 		}
 	}
 	if guard != nil {
-		l.decider = guard
+		l.decider, l.guard = guard, guard
 		guard.ownedBy(l) // its probes end when l is gone
 	}
 	if l.recordStore == nil {
@@ -139,8 +154,9 @@ func newLimiter(cfg Config) (*Limiter, error) {
 
 // Take takes cost units (>= 0) for key under every limit: the Result
 // says whether they were admitted and counted. A rejected take counts
-// nothing. The error is not nil only for a negative cost: when Redis or
-// Storage fails, FailurePolicy answers (see Result.Source).
+// nothing. When Redis or Storage fails, FailurePolicy answers (see
+// Result.Source); under FailError with the store's error, wrapped. The
+// only other error is that of a negative cost.
 func (l *Limiter) Take(ctx context.Context, key string, cost int) (Result, error) {
 	var res Result
 	err := l.TakeInto(ctx, key, cost, &res)
@@ -171,10 +187,23 @@ func (l *Limiter) TakeInto(ctx context.Context, key string, cost int, res *Resul
 		*res = Result{}
 		l.memory.takeInto(ctx, key, &l.base, int64(cost), res)
 	default:
-		*res = l.decider.takeKey(ctx, key, l.base, int64(cost))
+		var err error
+		if *res, err = l.take(ctx, key, l.base, int64(cost)); err != nil {
+			*res = Result{}
+			return err
+		}
 	}
 	l.finish(res, &l.base)
 	return nil
+}
+
+// take is the decider's take of cost for key under ls, with the error of
+// a failed store call under FailError.
+func (l *Limiter) take(ctx context.Context, key string, ls limits, cost int64) (Result, error) {
+	if l.guard != nil {
+		return l.guard.take(ctx, key, ls, cost)
+	}
+	return l.decider.takeKey(ctx, key, ls, cost), nil
 }
 
 // TakeIdempotent is Take made idempotent: id names the request (its
@@ -201,12 +230,18 @@ func (l *Limiter) TakeIdempotent(ctx context.Context, key, id string, cost int) 
 		var err error
 		res := l.records.take(request, int64(cost), func() Result {
 			var res Result
-			res, err = l.Take(ctx, key, cost)
+			res, err = l.Take(ctx, key, cost) // an error's zero Result is not kept
 			return res
 		})
-		return res, err
+		if err != nil {
+			return Result{}, err
+		}
+		return res, nil
 	}
-	res := l.recordStore.takeIdempotent(ctx, key, &request, l.base, int64(cost))
+	res, err := l.recordStore.takeIdempotent(ctx, key, &request, l.base, int64(cost))
+	if err != nil {
+		return Result{}, err
+	}
 	l.finish(&res, &l.base)
 	return res, nil
 }
@@ -255,9 +290,9 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int, taken *Resul
 	}
 	credit := *taken
 	credit.adjust = refundTaken // whatever Result it is given
-	res, ok := l.decider.adjustKey(ctx, key, ls, int64(cost), credit)
-	if !ok {
-		return *taken, errRefundLost
+	res, err := l.decider.adjustKey(ctx, key, ls, int64(cost), credit)
+	if err != nil {
+		return *taken, fmt.Errorf("%w: %w", errRefundLost, err)
 	}
 	l.finish(&res, &ls)
 	res.varied, res.first = taken.varied, taken.first
@@ -271,14 +306,16 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int, taken *Resul
 // cost 0, an admitted take of 0. The Result is the take's, of the granted
 // units, for Refund. On Redis the room and the take are one atomic call.
 // When Redis or Storage fails, FailurePolicy answers: FailOpen grants all
-// of cost, FailClosed none.
+// of cost, FailClosed none, FailError returns the error.
 func (l *Limiter) TakeUpTo(ctx context.Context, key string, cost int) (granted int, res Result, err error) {
 	if cost < 0 {
 		return 0, Result{}, fmt.Errorf("limiter: cost is %d; it must be >= 0", cost)
 	}
 	ls := l.base
 	ls.upTo = true
-	res = l.decider.takeKey(ctx, key, ls, int64(cost))
+	if res, err = l.take(ctx, key, ls, int64(cost)); err != nil {
+		return 0, Result{}, err
+	}
 	l.finish(&res, &ls)
 	switch res.source {
 	case SourceFailOpen:
@@ -316,9 +353,9 @@ func (l *Limiter) adjust(ctx context.Context, key string, cost int, adj adjustme
 	if cost < 0 {
 		return Result{}, fmt.Errorf("limiter: %s: cost is %d; it must be >= 0", name, cost)
 	}
-	res, ok := l.decider.adjustKey(ctx, key, l.base, int64(cost), Result{n: l.base.n, adjust: adj})
-	if !ok {
-		return Result{}, fmt.Errorf("limiter: %s: storage failed; it may not have been made", name)
+	res, err := l.decider.adjustKey(ctx, key, l.base, int64(cost), Result{n: l.base.n, adjust: adj})
+	if err != nil {
+		return Result{}, fmt.Errorf("limiter: %s: storage failed; it may not have been made: %w", name, err)
 	}
 	l.finish(&res, &l.base)
 	return res, nil

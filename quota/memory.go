@@ -156,13 +156,13 @@ func (m *manager) takeKey(ctx context.Context, key string, ls limits, cost int64
 
 // adjustKey is the decider's adjustment of cost units for key under ls
 // (see adjust); it never fails.
-func (m *manager) adjustKey(ctx context.Context, key string, ls limits, cost int64, v Result) (Result, bool) {
+func (m *manager) adjustKey(ctx context.Context, key string, ls limits, cost int64, v Result) (Result, error) {
 	var buf [keyRoom]byte
 	if m.windowed {
 		key = windowedKey(buf[:0], &ls, key)
 	}
 	after, _ := m.adjust(ctx, key, &ls, cost, &v)
-	return after, true
+	return after, nil
 }
 
 func (m *manager) take(ctx context.Context, key string, ls *limits, cost int64) (Result, error) {

@@ -9,8 +9,11 @@ import (
 // admitCall reports whether a call may go to the store at now. When the
 // breaker is open and its cool-down has passed, it starts a probe on a
 // goroutine of its own and refuses the call: no request waits on a store
-// that may still be down.
+// that may still be down. Under FailError every call goes to the store.
 func (g *guardedStore) admitCall(now int64) bool {
+	if g.policy == FailError {
+		return true
+	}
 	ok, probe := g.breaker.allow(now)
 	if probe {
 		go g.probe()

@@ -87,3 +87,41 @@ func refusesService(reply string) bool {
 	}
 	return false
 }
+
+// misconfigured reads err, a failed call's, for a refusal that Redis will
+// keep making until the client or the server's settings change: it
+// returns what to fix, or "" for any other error (Redis out of reach,
+// busy, loading, out of memory: conditions that pass).
+func misconfigured(err error) string {
+	var reply goredis.Error
+	if !errors.As(err, &reply) {
+		return ""
+	}
+	msg := reply.Error()
+	if strings.HasPrefix(msg, "ERR Error running script") && strings.Contains(msg, scriptACLRefusal) {
+		msg = "NOPERM" // Redis 6's wording of a command refused in a script
+	}
+	for _, fix := range redisFixes {
+		for _, prefix := range fix.replies {
+			if strings.HasPrefix(msg, prefix) {
+				return fix.fix
+			}
+		}
+	}
+	return ""
+}
+
+// redisFixes are the refusals of a misconfigured client or server, and
+// what to fix for each.
+var redisFixes = [...]struct {
+	replies []string
+	fix     string
+}{
+	{[]string{"WRONGPASS", "ERR invalid password", "ERR AUTH", "ERR Client sent AUTH"},
+		"the client's Username or Password is not one the server accepts: fix them in the go-redis options"},
+	{[]string{"NOAUTH"}, "the server requires a password: set the client's Password (and Username, for an ACL user) in the go-redis options"},
+	{[]string{"NOPERM", "ERR " + scriptACLRefusal, "ERR ACL failure in script"},
+		"the client's ACL user may not run what the limiter needs: allow it EVALSHA and EVAL, and within scripts GET, SET, DEL, PEXPIRE, PTTL and TIME, on keys under KeyPrefix (as: ACL SETUSER <user> +evalsha +eval +get +set +del +pexpire +pttl +time ~limiter:*)"},
+	{[]string{"ERR DB index", "ERR invalid DB index"}, "the client's DB is not a database of the server: use a DB below the server's `databases` setting (16 by default)"},
+	{[]string{"ERR unknown command"}, "the server has no EVALSHA or EVAL (renamed or disabled): the limiter decides with Lua scripts, and needs them"},
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"time"
 
@@ -13,11 +12,24 @@ import (
 
 // Storage is a key-value store that a Limiter may keep its state in:
 // Fiber's storages (v2 and v3) have these methods. Get returns nil, nil
-// for a missing key; Set keeps val for exp (0: for good).
+// for a missing key; Set keeps val for exp (0: for good). A take or an
+// adjustment is one Get and, when it changes the key, one Set. A Storage
+// that also has GetWithContext and SetWithContext (Fiber v3's, and some of
+// v2's) is called through them, with the request's context: its values,
+// its cancellation, and the StorageTimeout deadline.
 type Storage interface {
 	Get(key string) ([]byte, error)
 	Set(key string, val []byte, exp time.Duration) error
 	Delete(key string) error
+}
+
+// contextStorage is the Storage methods that take the request's context,
+// as Fiber v3's Storage has them: a store that traces a request or stops
+// work for a client that went away needs them. (The Limiter deletes no
+// keys: Delete is not called.)
+type contextStorage interface {
+	GetWithContext(ctx context.Context, key string) ([]byte, error)
+	SetWithContext(ctx context.Context, key string, val []byte, exp time.Duration) error
 }
 
 // storageBackend keeps state in any Storage by reading, deciding and
@@ -25,15 +37,16 @@ type Storage interface {
 // replicas sharing the store can interleave their reads and writes and admit
 // more than the limit together, as Fiber's limiter does.
 type storageBackend struct {
-	store  Storage
-	alg    Algorithm
-	prefix string // the limiter's identity, see keyPrefix
-	clock  func() int64
-	seed   maphash.Seed
-	// locks are striped by key, so unrelated keys do not wait. Each is a
-	// channel of one slot, so that a call waiting behind a store call that
-	// hangs gives up when its context ends instead of queuing for good.
-	locks [64]chan struct{}
+	store Storage
+	// withContext is store when it has the context methods, which every
+	// call then uses; else nil, and Get and Set see no context.
+	withContext contextStorage
+	alg         Algorithm
+	prefix      string // the limiter's identity, see keyPrefix
+	clock       func() int64
+	// locks holds each key's lock while its call is under way: takes of
+	// other keys do not wait for its round trip.
+	locks keyLocks
 }
 
 // stateVersion leads every stored value, so a later layout can be told
@@ -45,10 +58,8 @@ const (
 )
 
 func newStorageBackend(store Storage, alg Algorithm, prefix string, clock func() int64) *storageBackend {
-	b := &storageBackend{store: store, alg: alg, prefix: prefix, clock: clock, seed: maphash.MakeSeed()}
-	for i := range b.locks {
-		b.locks[i] = make(chan struct{}, 1)
-	}
+	b := &storageBackend{store: store, alg: alg, prefix: prefix, clock: clock}
+	b.withContext, _ = store.(contextStorage)
 	return b
 }
 
@@ -90,9 +101,29 @@ func (b *storageBackend) adjust(ctx context.Context, key string, ls *limits, cos
 }
 
 // probe reads a key nobody writes: a call that counts nothing.
-func (b *storageBackend) probe(context.Context) error {
-	_, err := b.store.Get(b.prefix + "probe")
+func (b *storageBackend) probe(ctx context.Context) error {
+	_, err := b.get(ctx, b.prefix+"probe")
 	return err
+}
+
+// takesRequestContext tells within to give the calls the request's
+// context, cancellation included (see requestScoped): the store sees it.
+func (b *storageBackend) takesRequestContext() bool { return b.withContext != nil }
+
+// get and set call the store, through its context methods when it
+// has them.
+func (b *storageBackend) get(ctx context.Context, key string) ([]byte, error) {
+	if b.withContext != nil {
+		return b.withContext.GetWithContext(ctx, key)
+	}
+	return b.store.Get(key)
+}
+
+func (b *storageBackend) set(ctx context.Context, key string, val []byte, exp time.Duration) error {
+	if b.withContext != nil {
+		return b.withContext.SetWithContext(ctx, key, val, exp)
+	}
+	return b.store.Set(key, val, exp)
 }
 
 // classify reads a Storage's error as the Redis backend reads go-redis's
@@ -101,25 +132,26 @@ func (b *storageBackend) probe(context.Context) error {
 func (b *storageBackend) classify(err error) failureKind { return redisFailure(err) }
 
 // modify runs step on the states of the key's limits under the key's lock
-// and writes them back when step reports a change. It gives up when ctx
-// ends while it waits for the lock, and does not write once ctx has ended:
-// the caller has answered the request without this decision by then.
+// and writes them back when step reports a change. It gives up when the
+// guard stops waiting for it (StorageTimeout, see gaveUp) while it waits
+// for the lock, and does not write once the guard has: the request has
+// been answered without this decision by then. The request's own end
+// (canceled, or past a deadline of the application's) stops nothing here:
+// the store sees it in ctx and decides what it does with it.
 // With keep (an adjustment), the value lasts at least as long as the one
 // it replaces (see adjustAll).
 func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, keep bool, step func(sts *[maxStates]state, lg *logs, now int64) bool) error {
 	skey := b.prefix + key
-	lock := b.locks[maphash.String(b.seed, skey)%uint64(len(b.locks))]
-	select {
-	case lock <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("limiter: storage: waiting for the key's lock: %w", ctx.Err())
+	waited := gaveUp(ctx)
+	if !b.locks.lock(skey, waited.Done()) {
+		return fmt.Errorf("limiter: storage: waiting for the key's lock: %w", waited.Err())
 	}
-	defer func() { <-lock }()
-	raw, err := b.store.Get(skey)
+	defer b.locks.unlock(skey)
+	raw, err := b.get(ctx, skey)
 	if err != nil {
-		return fmt.Errorf("limiter: storage get: %w", err)
+		return fmt.Errorf("limiter: failed to get key's state: %w", err)
 	}
-	if err := ctx.Err(); err != nil {
+	if err := waited.Err(); err != nil {
 		return fmt.Errorf("limiter: storage: %w", err)
 	}
 	now := b.clock()
@@ -139,22 +171,23 @@ func (b *storageBackend) modify(ctx context.Context, key string, ls *limits, kee
 	if keep {
 		exp = b.alg.keep(&sts, ls, exp, keptUntil(raw, now))
 	}
-	if exp <= now {
-		if err := b.store.Delete(skey); err != nil {
-			return fmt.Errorf("limiter: storage delete: %w", err)
-		}
-		return nil
+	if exp <= now && raw == nil {
+		return nil // nothing was stored, and nothing is left to store
 	}
+	// A state that holds nothing now (exp <= now: a refund of a window's
+	// only take, say) is written as any other, and reads as nothing: a
+	// change is one Set whatever it leaves, as with Fiber's limiter, and
+	// overwrites whatever the key held.
 	// Stores differ in TTL resolution (Fiber's memory storage counts whole
 	// seconds, rounding down). The state carries its own times, so keeping it
 	// up to a second longer than needed changes nothing; losing it early would.
-	ttl := time.Duration(min(timestep.Seconds(millis(exp-now))+1, math.MaxInt64/int64(time.Second))) * time.Second
+	ttl := time.Duration(min(timestep.Seconds(millis(max(exp-now, 0)))+1, math.MaxInt64/int64(time.Second))) * time.Second
 	val := encodeStates(&sts, kept, exp)
 	if lg != nil {
 		val = encodeLogs(val, &sts, lg, ls)
 	}
-	if err := b.store.Set(skey, val, ttl); err != nil {
-		return fmt.Errorf("limiter: storage set: %w", err)
+	if err := b.set(ctx, skey, val, ttl); err != nil {
+		return fmt.Errorf("limiter: failed to persist state: limiter: failed to store key's state: %w", err)
 	}
 	return nil
 }

@@ -21,7 +21,8 @@ func TestTakeWithNeedsVary(t *testing.T) {
 		{Limit{Max: 5}, "needs Config.VaryMax"},
 		{Limit{Expiration: time.Second}, "needs Config.VaryExpiration"},
 		{Limit{Burst: 1 << 31}, "needs Config.VaryMax"},
-		{Limit{Max: -1}, "negative"},
+		{Limit{Burst: -1}, "negative"},
+		{Limit{Expiration: -time.Second}, "negative"},
 	} {
 		_, err := plain.TakeWith(ctx, "k", 1, tc.first)
 		assert.ErrorContains(t, err, tc.want, "%+v", tc.first)
@@ -39,6 +40,30 @@ func TestTakeWithNeedsVary(t *testing.T) {
 	assert.Equal(t, 1<<31, res.Tightest().Limit)
 	assert.Equal(t, 1<<31-1, res.Tightest().Remaining)
 	assert.Positive(t, res.Tightest().Window)
+}
+
+// A Max below 0 is a plan that admits nothing (Fiber's MaxFunc returning
+// -1): rejected for good, every time, on a key with room, and nothing is
+// counted; 0 is not such a plan but the configured Max.
+func TestTakeWithNegativeMaxRejects(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			l, err := New(Config{Algorithm: alg, Limits: []Limit{PerMinute(3)}, VaryMax: true})
+			require.NoError(t, err)
+			for range 5 {
+				res, err := l.TakeWith(ctx, "k", 1, Limit{Max: -1})
+				require.NoError(t, err)
+				assert.False(t, res.Allowed())
+				assert.Equal(t, Never, res.RetryAfter())
+				assert.Zero(t, res.Tightest().Remaining)
+			}
+			res, err := l.TakeWith(ctx, "k", 1, Limit{})
+			require.NoError(t, err)
+			assert.True(t, res.Allowed())
+			assert.Equal(t, 2, res.Tightest().Remaining, "the rejections counted nothing")
+		})
+	}
 }
 
 // Event's Expiration is the window as decided: to the ms, and to the

@@ -20,19 +20,38 @@ import (
 // 2^32-1), its Expiration when not 0 (needs Config.VaryExpiration), and
 // its Burst when not 0 (TokenBucket; needs Config.VaryMax), else the
 // configured Burst, or Max when none is. A plan's quota, say, or Fiber
-// v3's MaxFunc and ExpirationFunc.
+// v3's MaxFunc and ExpirationFunc. A Max below 0 is a plan that admits
+// nothing, as in Fiber: the take is rejected, with RetryAfter Never,
+// without reading or counting anything.
 func (l *Limiter) TakeWith(ctx context.Context, key string, cost int, first Limit) (Result, error) {
 	if cost < 0 {
 		return Result{}, fmt.Errorf("limiter: cost is %d; it must be >= 0", cost)
+	}
+	if first.Max < 0 {
+		return l.shut(), nil
 	}
 	ls, err := l.varied(first)
 	if err != nil {
 		return Result{}, err
 	}
-	res := l.decider.takeKey(ctx, key, ls, int64(cost))
+	res, err := l.take(ctx, key, ls, int64(cost))
+	if err != nil {
+		return Result{}, err
+	}
 	l.finish(&res, &ls)
 	res.varied, res.first = true, ls.r[0]
 	return res, nil
+}
+
+// shut is the Result of a take under a plan that admits nothing: every
+// limit rejects it, for good, with nothing left.
+func (l *Limiter) shut() Result {
+	res := Result{n: l.base.n}
+	for i := range res.n {
+		res.each[i].RetryAfter = Never
+	}
+	l.finish(&res, &l.base)
+	return res
 }
 
 // varied is the limits with the first one changed as first says.
@@ -40,7 +59,7 @@ func (l *Limiter) varied(first Limit) (limits, error) {
 	ls := l.base
 	r := &ls.r[0]
 	switch {
-	case first.Max < 0 || first.Burst < 0 || first.Expiration < 0:
+	case first.Burst < 0 || first.Expiration < 0:
 		return ls, fmt.Errorf("limiter: TakeWith's limit %+v has a negative field", first)
 	case first.Max != 0 && !l.varyMax && int64(first.Max) != r.max:
 		return ls, errors.New("limiter: TakeWith sets Max, which needs Config.VaryMax")

@@ -8,6 +8,7 @@ package adapter
 import (
 	"errors"
 	"fmt"
+	"log"
 	"math"
 	"reflect"
 	"time"
@@ -69,6 +70,10 @@ type Settings struct {
 	HeaderPartitionKey bool
 
 	Clock func() int64 // tests: the clock in ms
+
+	// skipRedisCheck builds without quota's call to Redis at New (see
+	// MustBuild).
+	skipRedisCheck bool
 }
 
 // shared are the fields of Settings that every adapter's Config has by the
@@ -108,10 +113,20 @@ func (s *Settings) CopyFrom(cfg any) {
 
 // MustBuild copies the shared fields of cfg (a pointer to an adapter's
 // Config) into s, which holds the adapter's own, and returns the request
-// path they describe. It panics with the message of an invalid field.
+// path they describe. It panics with the message of an invalid field. A
+// Redis that answers but refuses the limiter (quota.ErrRedisRefused: a
+// wrong password, say) is no panic: an app must not crash-loop while its
+// Redis is being put right; the refusal is logged, once, and the path is
+// built all the same, its requests answered by FailurePolicy (and logged
+// as failed calls are) until Redis accepts the client.
 func MustBuild(cfg any, s Settings) *Path {
 	s.CopyFrom(cfg)
 	p, err := s.Build()
+	if errors.Is(err, quota.ErrRedisRefused) {
+		log.Print(err)
+		s.skipRedisCheck = true
+		p, err = s.Build()
+	}
 	if err != nil {
 		panic(err.Error())
 	}
@@ -196,9 +211,20 @@ func (s *Settings) Build() (*Path, error) {
 		DisableDenyCache: s.DisableDenyCache,
 		IdempotencyTTL:   s.IdempotencyTTL,
 		IdempotencyKeys:  s.IdempotencyKeys,
+
+		DisableRedisCheck: s.skipRedisCheck,
 	}
 	if clock := s.Clock; clock != nil {
 		qc.Now = func() time.Time { return time.UnixMilli(clock()) }
+	}
+	if s.Storage != nil {
+		if v := reflect.ValueOf(s.Storage); v.Kind() == reflect.Pointer && v.IsNil() {
+			field := "Storage"
+			if _, ok := s.Storage.(goredis.UniversalClient); ok {
+				field = "Redis" // net/http's field for a client
+			}
+			return nil, fmt.Errorf("limiter: %s is a nil %T; make it with its package's New, or leave %s unset", field, s.Storage, field)
+		}
 	}
 	switch st := s.Storage.(type) {
 	case nil:

@@ -2,6 +2,11 @@ package adapter
 
 import (
 	"context"
+	"fmt"
+	"log"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/fiberlimit/limiter/internal/headers"
@@ -22,7 +27,59 @@ type Path struct {
 	DryRun     bool
 	SkipFailed bool // SkipFailedRequests
 	SkipOK     bool // SkipSuccessfulRequests
+	// FailError: the engine's FailurePolicy is quota.FailError, so a
+	// failed refund after the handler is the request's error too.
+	FailError bool
+	// ShowKeys: errors name the key as it is (DisableValueRedaction);
+	// otherwise as "[redacted]".
+	ShowKeys bool
+
+	emptyKey sync.Once
 }
+
+// EmptyKey warns, the first time a request's key is "", that every such
+// request is counted under that one key: a KeyGenerator that reads a
+// header or a parameter a client may leave out lumps those clients
+// together (as Fiber's limiter does, silently).
+func (p *Path) EmptyKey() {
+	p.emptyKey.Do(func() {
+		log.Print("limiter: KeyGenerator returned an empty key; every request without a key is counted under that one key (logged once per limiter)")
+	})
+}
+
+// redacted stands for a key in an error unless ShowKeys.
+const redacted = "[redacted]"
+
+// Failed is the request's error for err, the engine's error deciding key:
+// the key named, for the framework's error handler. Unless ShowKeys the
+// key is "[redacted]", in err's text too (a store's error may name it),
+// while errors.Is and errors.As still reach err.
+func (p *Path) Failed(key string, err error) error {
+	if p.ShowKeys {
+		return fmt.Errorf("limiter: key %q: %w", key, err)
+	}
+	return &redactedError{key: key, err: err}
+}
+
+// redactedError is a request's error with its key kept out of the text.
+type redactedError struct {
+	key string
+	err error
+}
+
+// redactsFrom is the shortest key replaced within an error's text; a
+// shorter one would mangle the words around it and tells little anyway.
+const redactsFrom = 4
+
+func (e *redactedError) Error() string {
+	text := e.err.Error()
+	if len(e.key) >= redactsFrom {
+		text = strings.ReplaceAll(text, e.key, redacted)
+	}
+	return "limiter: key " + strconv.Quote(redacted) + ": " + text
+}
+
+func (e *redactedError) Unwrap() error { return e.err }
 
 // Request is what one request brings to the path.
 type Request struct {
@@ -58,16 +115,22 @@ func (p *Path) Take(ctx context.Context, r *Request, res *quota.Result) (err err
 
 // Finish gives back the cost of r, admitted as res, when its response
 // status says so (Skip*Requests), and updates res to the state it leaves.
-// A failed refund leaves res as it was: the request was counted.
-func (p *Path) Finish(ctx context.Context, r *Request, status int, res *quota.Result) {
+// A failed refund leaves res as it was: the request was counted; with
+// FailError its error (Failed's) is returned, else nil.
+func (p *Path) Finish(ctx context.Context, r *Request, status int, res *quota.Result) error {
 	if !res.Allowed() || r.Cost == 0 || !p.Adjusts() {
-		return
+		return nil
 	}
 	if failed := status >= 400; (failed && p.SkipFailed) || (!failed && p.SkipOK) {
-		if after, err := p.Engine.RefundIdempotent(ctx, r.Key, r.ID, r.Cost, res); err == nil {
+		after, err := p.Engine.RefundIdempotent(ctx, r.Key, r.ID, r.Cost, res)
+		switch {
+		case err == nil:
 			*res = after
+		case p.FailError:
+			return p.Failed(r.Key, err)
 		}
 	}
+	return nil
 }
 
 // Event describes the decision res of r for OnDecision.

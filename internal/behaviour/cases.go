@@ -28,6 +28,7 @@ func Run(t *testing.T, a Adapter) {
 		{"DisableHeaders", disableHeaders},
 		{"ConcurrentExact", concurrentExact},
 		{"BlockFor", blockFor},
+		{"BlockShorterThanLimit", blockShorterThanLimit},
 		{"MinInterval", minInterval},
 		{"IdempotentRetries", idempotentRetries},
 	}
@@ -159,8 +160,9 @@ func skipRequests(t *testing.T, a Adapter) {
 	}
 }
 
-// MaxFunc per request (0: unlimited, without headers) and Cost: a cost
-// above the limit is rejected for good, without Retry-After.
+// MaxFunc per request (0: unlimited, without headers; below 0: every
+// request rejected, as in Fiber v3) and Cost: a cost above the limit is
+// rejected for good, without Retry-After.
 func maxFuncAndCost(t *testing.T, a Adapter) {
 	send := a.Serve(t, Config{KeyFromHeader: true, MaxFromHeader: true, ExpensivePath: "/expensive"}, &Clock{})
 	for range 10 {
@@ -168,6 +170,13 @@ func maxFuncAndCost(t *testing.T, a Adapter) {
 		require.Equal(t, 200, r.Status)
 		require.Empty(t, r.Header.Get("X-RateLimit-Limit"))
 	}
+	for range 3 {
+		r := send(Request{Key: "banned", Plan: "-1"})
+		require.Equal(t, 429, r.Status, "a plan below 0 admits nothing")
+		require.Empty(t, r.Header.Get("Retry-After"), "nor ever will")
+		require.Equal(t, "0", r.Header.Get("X-RateLimit-Remaining"))
+	}
+	require.Equal(t, 200, send(Request{Key: "banned", Plan: "1"}).Status, "the rejections counted nothing")
 	require.Equal(t, "1", send(Request{Path: "/expensive", Key: "pro", Plan: "4"}).Header.Get("X-RateLimit-Remaining"))
 	require.Equal(t, 200, send(Request{Key: "pro", Plan: "4"}).Status)
 	require.Equal(t, 429, send(Request{Key: "pro", Plan: "4"}).Status)
@@ -212,14 +221,16 @@ func refundUnderAnotherMaxFunc(t *testing.T, a Adapter) {
 	}
 }
 
-// DisableHeaders drops the X-RateLimit headers, not Retry-After on a 429.
+// DisableHeaders sends no rate-limit header at all, as in Fiber: neither
+// the X-RateLimit headers nor Retry-After on a 429.
 func disableHeaders(t *testing.T, a Adapter) {
 	send := a.Serve(t, Config{Max: 1, DisableHeaders: true}, &Clock{})
-	require.Empty(t, send(Request{}).Header.Get("X-RateLimit-Limit"))
+	require.Equal(t, headers{}, headersOf(send(Request{})))
 	r := send(Request{})
 	require.Equal(t, 429, r.Status)
-	require.Empty(t, r.Header.Get("X-RateLimit-Remaining"))
-	require.Equal(t, "60", r.Header.Get("Retry-After"))
+	require.Equal(t, headers{}, headersOf(r))
+	require.Empty(t, r.Header.Get("RateLimit"))
+	require.Empty(t, r.Header.Get("RateLimit-Policy"))
 }
 
 // 200 concurrent requests on one key with Max 50 per hour: exactly 50 are
@@ -281,6 +292,32 @@ func blockFor(t *testing.T, a Adapter) {
 			assert.Equal(t, http.StatusOK, send(Request{Key: "b"}).Status, "another client")
 			clock.Advance(40 * time.Second)
 			assert.Equal(t, http.StatusOK, send(Request{Key: "a"}).Status, "the block has ended")
+		})
+	}
+}
+
+// Max 2 per minute with BlockFor 10 s: the third request starts a block,
+// yet its Retry-After is when the limit has room again, which lies beyond
+// the block, and so is a request's 5 s on; at that time the client is
+// admitted.
+func blockShorterThanLimit(t *testing.T, a Adapter) {
+	want := map[Algorithm]int{FixedWindow: 60, SlidingWindow: 90, TokenBucket: 30, SlidingLog: 60}
+	for _, alg := range Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			clock := &Clock{}
+			send := a.Serve(t, Config{Algorithm: alg, Max: 2, Expiration: time.Minute, BlockFor: 10 * time.Second}, clock)
+			for range 2 {
+				require.Equal(t, http.StatusOK, send(Request{}).Status)
+			}
+			r := send(Request{})
+			require.Equal(t, http.StatusTooManyRequests, r.Status)
+			assert.Equal(t, strconv.Itoa(want[alg]), r.Header.Get("Retry-After"))
+			clock.Advance(5 * time.Second)
+			r = send(Request{})
+			require.Equal(t, http.StatusTooManyRequests, r.Status)
+			assert.Equal(t, strconv.Itoa(want[alg]-5), r.Header.Get("Retry-After"))
+			clock.Advance(time.Duration(want[alg]-5) * time.Second)
+			assert.Equal(t, http.StatusOK, send(Request{}).Status, "admitted at Retry-After")
 		})
 	}
 }

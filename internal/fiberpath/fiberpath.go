@@ -62,8 +62,13 @@ func (h *Handler[C]) Serve(c C) error {
 	fast := h.RequestCtx(c)
 	r := adapter.Request{Cost: 1}
 	if h.MaxFunc != nil {
-		if r.First.Max = h.MaxFunc(c); r.First.Max <= 0 {
+		// As in Fiber: 0 leaves the request unlimited, below 0 rejects it
+		// (a plan that admits nothing; see quota.Limiter.TakeWith).
+		switch r.First.Max = h.MaxFunc(c); {
+		case r.First.Max == 0:
 			return h.Next(c)
+		case r.First.Max < 0:
+			r.First.Max = -1
 		}
 	}
 	if h.ExpirationFunc != nil {
@@ -75,6 +80,9 @@ func (h *Handler[C]) Serve(c C) error {
 		}
 	}
 	r.Key = h.KeyGenerator(c)
+	if r.Key == "" {
+		h.EmptyKey()
+	}
 	if h.Adjusts() || h.Headers.WithKey() {
 		// The key may point into request buffers that the handler below
 		// is free to change (proxy.Forward does); the refund and the pk
@@ -92,7 +100,7 @@ func (h *Handler[C]) Serve(c C) error {
 	}
 	var res quota.Result
 	if err := h.Take(h.context(c, fast), &r, &res); err != nil {
-		return fmt.Errorf("limiter: rate-limit storage failed: %w", err)
+		return h.Failed(r.Key, err)
 	}
 	if h.OnDecision != nil {
 		h.OnDecision(c, h.Event(&r, &res))
@@ -105,8 +113,10 @@ func (h *Handler[C]) Serve(c C) error {
 			return h.Next(c)
 		}
 		h.foldNames(c, fast)
-		var buf [20]byte
-		fast.Response.Header.SetCanonical(headers.NameRetryAfter, headers.FailClosedRetryAfter(buf[:0], fieldsOf(fast), res.RetryAfter()))
+		if !h.Headers.Silent() {
+			var buf [20]byte
+			fast.Response.Header.SetCanonical(headers.NameRetryAfter, headers.FailClosedRetryAfter(buf[:0], fieldsOf(fast), res.RetryAfter()))
+		}
 		fast.SetUserValue(rejectedBehind{}, true)
 		return h.SendStatus(c, fasthttp.StatusServiceUnavailable)
 	}
@@ -124,7 +134,12 @@ func (h *Handler[C]) Serve(c C) error {
 		if err != nil {
 			status = h.ErrorStatus(err)
 		}
-		h.Finish(h.context(c, fast), &r, status, &res)
+		if ferr := h.Finish(h.context(c, fast), &r, status, &res); ferr != nil && err == nil {
+			err = ferr
+		}
+	}
+	if h.Headers.Silent() {
+		return err
 	}
 	h.foldNames(c, fast)
 	rejected := fast.UserValue(rejectedBehind{}) != nil

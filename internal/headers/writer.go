@@ -18,7 +18,9 @@ import (
 // Config is what a Writer is built from: the adapter's header settings
 // and its limits.
 type Config struct {
-	Mode           Mode
+	Mode Mode
+	// DisableHeaders: no field at all, Retry-After included (Fiber's
+	// meaning); Mode None keeps Retry-After on a rejection.
 	DisableHeaders bool
 	PartitionKey   bool   // HeaderPartitionKey: the IETF fields carry the key as pk
 	PolicyName     string // "" for "default"
@@ -40,6 +42,7 @@ type Limit struct {
 type Writer struct {
 	xRateLimit bool
 	ietf       bool
+	retryAfter bool     // Retry-After goes with a rejection (all but DisableHeaders)
 	withKey    bool     // the IETF fields carry the key as pk
 	names      [][]byte // the limits' policy names as RFC 9651 Strings, quotes included
 	quotas     []quotaText
@@ -67,6 +70,7 @@ func New(cfg Config) (*Writer, error) {
 	w := &Writer{
 		xRateLimit: mode == XRateLimit || mode == Both,
 		ietf:       mode == IETF || mode == Both,
+		retryAfter: !cfg.DisableHeaders,
 		withKey:    cfg.PartitionKey,
 	}
 	for _, q := range cfg.Quotas {
@@ -153,8 +157,13 @@ func (w *Writer) Text(n int64) (text []byte, ok bool) {
 }
 
 // Sets reports which rate-limit fields w sets: the X-RateLimit ones, the
-// IETF ones (Retry-After goes with a rejection in every mode).
+// IETF ones (Retry-After goes with a rejection in every mode, unless
+// DisableHeaders).
 func (w *Writer) Sets() (xRateLimit, ietf bool) { return w.xRateLimit, w.ietf }
+
+// Silent reports whether w sets no field at all (DisableHeaders): not even
+// Retry-After, on a 429 or on FailClosed's 503.
+func (w *Writer) Silent() bool { return !w.retryAfter }
 
 // WithKey reports whether the fields carry the key (HeaderPartitionKey):
 // the adapter must then keep a copy of the key for the fields written
@@ -171,6 +180,9 @@ func (w *Writer) WithKey() bool { return w.withKey }
 // (proxy.Forward) does not lose them.
 func (w *Writer) Write(out *Out, h Fields, res *quota.Result, key string, dryRun bool) {
 	var buf [256]byte // room for the usual values without allocating; longer names or a pk of a long key grow it
+	if !w.retryAfter {
+		return // DisableHeaders
+	}
 	retryAfter := res.RetryAfter()
 	retry := !res.Allowed() && retryAfter != quota.Never
 	var wait int64 // Retry-After's value, read before this limiter's fields replace those of a limiter in front
@@ -204,6 +216,9 @@ func (w *Writer) Write(out *Out, h Fields, res *quota.Result, key string, dryRun
 // of this one that is spent makes it no earlier than that limit's quota is
 // back: a retry sooner would be rejected here.
 func (w *Writer) WriteAdmitted(out *Out, h Fields, res *quota.Result, key string, dryRun, rejectedBehind bool) {
+	if !w.retryAfter {
+		return // DisableHeaders
+	}
 	if !rejectedBehind {
 		w.Write(out, h, res, key, dryRun)
 	} else {

@@ -75,7 +75,9 @@ type Rule struct {
 	// BlockFor, set on the first rule of a call, holds off a key that a
 	// take is rejected for (one that could be admitted later) for this long
 	// after the rejection, whatever its counts: its takes are rejected,
-	// with Remaining 0 and RetryAfter the rest of the block. The block's
+	// with Remaining 0 and RetryAfter the time until the take would be
+	// admitted: the block's end, or later if the rules (or MinInterval)
+	// would still reject it then; Never for a cost above the quota. The block's
 	// end is kept in the key's value, after the rules' states, so every
 	// call on a key must give the same BlockFor, adjustments too. 0, the
 	// default, blocks nothing; other rules' BlockFor is not read.
@@ -83,7 +85,7 @@ type Rule struct {
 	// MinInterval, set on the first rule of a call, is the least time
 	// between two admitted takes of a key (of a cost above 0): one that
 	// comes sooner is rejected, with Remaining 0 and RetryAfter the rest
-	// of the wait. Kept in the key's value as BlockFor is, so every call
+	// of the wait, or longer if the rules have no room for it by then. Kept in the key's value as BlockFor is, so every call
 	// on a key must give the same; 0, the default, is none.
 	MinInterval time.Duration
 }

@@ -5,11 +5,14 @@
 package redistest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,11 +23,12 @@ import (
 
 // Server is one redis-server process.
 type Server struct {
-	Port int
-	dir  string
-	args []string
-	cmd  *exec.Cmd
-	t    testing.TB
+	Port   int
+	dir    string
+	extra  []string // redis-server arguments given to Start
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+	t      testing.TB
 }
 
 // Addr is the server's host:port.
@@ -67,38 +71,89 @@ func freePort(t testing.TB) int {
 
 // Start starts a redis-server with extra arguments and stops it when the
 // test ends. It never touches the data of any other server.
+//
+// The port is free when freePort finds it, but another process (another
+// package's tests, run at the same time) may bind it before this server
+// does: then this server exits, and a readiness check by PING alone would
+// be answered by the other process's server, which its own tests kill,
+// pause or fill. Start waits for this server's own log to say it is ready,
+// and starts it again on another port when the port was taken.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	bin := binary(t, "redis-server")
-	s := &Server{Port: freePort(t), dir: t.TempDir(), t: t}
-	s.args = append([]string{
-		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.dir,
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "redis.log",
-	}, extra...)
-	s.start(bin)
+	s := &Server{dir: t.TempDir(), extra: extra, t: t}
+	for try := 1; ; try++ {
+		s.Port = pickPort(t)
+		err := s.start(bin)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errPortTaken) || try == startTries {
+			t.Fatal(err)
+		}
+	}
 	t.Cleanup(s.Stop)
 	return s
 }
 
-func (s *Server) start(bin string) {
+// pickPort is how Start picks a port: freePort, but in this package's tests.
+var pickPort = freePort
+
+// startTries is how many ports Start tries before it gives up.
+const startTries = 5
+
+// errPortTaken is start's error when the server could not bind its port.
+var errPortTaken = errors.New("redistest: port taken")
+
+// readyLine is what redis-server logs once it listens on its port.
+const readyLine = "Ready to accept connections"
+
+// start runs redis-server on s.Port and waits until it is ready: its own
+// log says so (its port is its own) and it answers PING.
+func (s *Server) start(bin string) error {
 	s.t.Helper()
-	s.cmd = exec.Command(bin, s.args...)
-	s.cmd.Dir = s.dir
-	dieWithParent(s.cmd)
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
+	logPath := filepath.Join(s.dir, "redis.log")
+	_ = os.Remove(logPath) // a previous run's (Restart)
+	args := append([]string{
+		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "redis.log",
+	}, s.extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = s.dir
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
 	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
 	client := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 	defer func() { _ = client.Close() }() // only a readiness probe
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := client.Ping(context.Background()).Err()
-		if err == nil || redis.HasErrorPrefix(err, "NOAUTH") { // up, with --requirepass
-			return
+		log, _ := os.ReadFile(logPath)
+		select {
+		case <-exited:
+			s.cmd = nil
+			if bytes.Contains(log, []byte("Address already in use")) {
+				return fmt.Errorf("%w: redis-server could not bind %s", errPortTaken, s.Addr())
+			}
+			return fmt.Errorf("redis-server on %s exited:\n%s", s.Addr(), log)
+		default:
+		}
+		var err error
+		if bytes.Contains(log, []byte(readyLine)) {
+			err = client.Ping(context.Background()).Err()
+			if err == nil || redis.HasErrorPrefix(err, "NOAUTH") { // up, with --requirepass
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(s.dir + "/redis.log")
-			s.t.Fatalf("redis-server on %s did not answer: %v\n%s", s.Addr(), err, log)
+			s.Stop()
+			return fmt.Errorf("redis-server on %s did not get ready (PING: %v):\n%s", s.Addr(), err, log)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -106,19 +161,22 @@ func (s *Server) start(bin string) {
 
 // Stop kills the server and waits for it to exit. Calling it twice is fine.
 func (s *Server) Stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
+	if s.cmd == nil {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
-// Restart stops the server and starts a fresh one on the same port.
+// Restart stops the server and starts a fresh one on the same port. It
+// fails the test if another process has bound the port in between.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
-	s.start(binary(s.t, "redis-server"))
+	if err := s.start(binary(s.t, "redis-server")); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 // Client returns a client for the server, closed when the test ends.

@@ -29,9 +29,10 @@
 -- <= 2^51, window in steps).
 --
 -- The contract of head, fragment and tail. The fragment runs for limit i
--- of n on each pass (pass 0: up_to's look at the room, at cost 0; pass 1:
--- the take or the adjustment; pass 2: a limit that admitted, decided
--- again at cost 0 because another rejected). This file declares, and the
+-- of n on each pass (pass 0: a look that counts nothing, up_to's at the
+-- room, at cost 0, or a held call's at the wait for its cost; pass 1: the
+-- take or the adjustment; pass 2: a limit that admitted, decided again at
+-- cost 0 because another rejected). This file declares, and the
 -- fragment reads:
 --   limit, burst, window, step, counted_in  limit i's rule (in steps)
 --   at           the request's time in the limit's steps
@@ -39,8 +40,8 @@
 --                for a key)
 --   ahead        how far past now a state's time may lie and still be
 --                read (the twin of rule.tooFarAhead)
---   cost         the units to take: 0 but on pass 1, and for a key
---                blocked or spaced
+--   cost         the units to take on pass 1 (0 for a call held by a
+--                block or a gap), a held call's on pass 0, else 0
 --   stored       the key's value without its rules' ends ('' for none),
 --                and found, whether the key held one
 --   refund       the call adjusts rather than takes: penalize or reward
@@ -61,9 +62,10 @@
 --
 -- The Go twins of this file, in quota: Algorithm.decideRead's passes and
 -- decideUpToInto's pass 0 (limits.go), rule.tooFarAhead (decision.go),
--- decideKeyInto and decideEnds reading and clamping the key's ends
--- (block.go), limits.stored and decodeStates (the ends another version
--- wrote), and idempotencyCache.take (a record's repeats).
+-- decideKeyInto and decideEnds reading and clamping the key's ends, and
+-- rejectHeld's look at the wait (block.go), limits.stored and
+-- decodeStates (the ends another version wrote), and
+-- idempotencyCache.take (a record's repeats).
 -- The library functions the scripts call, as locals: a global's lookup on
 -- every use costs more than the call. idiv is floor(a / b) for integers
 -- a >= 0 and b > 0, corrected for the rounding of the double division.
@@ -145,6 +147,12 @@ local penalize, reward = floor(flags / 4) % 2 == 1, floor(flags / 8) % 2 == 1
 -- none has any, a take of 1 that is rejected; the answer ends with what
 -- was granted (5 bytes).
 local up_to, room = floor(flags / 16) % 2 == 1, -1
+-- The first pass: 0, a look that counts nothing, for up_to and for a held
+-- call (see below); else 1.
+local first_pass = 1
+if up_to then
+  first_pass = 0
+end
 
 if floor(flags / 2) % 2 == 1 then
   local t = redis.call('TIME')
@@ -177,9 +185,12 @@ if type(stored) == 'table' then
 end
 -- An end further ahead than a block or a gap lasts was not set under these
 -- settings near now: it holds the key no longer than they would. While the
--- block lasts, or the gap for a take of a cost, the call decides as a take
--- of 0 and is then rejected (reject_rest).
-local block_end, gap_end, key_changed, reject_rest = 0, 0, false, nil
+-- block lasts, or the gap for a take of a cost, the call is held: it
+-- decides as a take of 0 and is then rejected for reject_rest ms, the rest
+-- of the block and of the gap (see below), or longer when a limit has no
+-- room for its cost by then: pass 0 looks at the take of held_cost, and
+-- each limit's retry there is its wait (the twin of rejectHeld).
+local block_end, gap_end, key_changed, reject_rest, held_cost = 0, 0, false, nil, 0
 -- Every version of these limits reads the others' values: a value is the
 -- states of the limits (state_size each, from the line before head.lua;
 -- for a log, state_size < 0, the logs of sliding_log_prelude.lua, of any
@@ -224,10 +235,22 @@ if spacing and gap_end > request_now + gap_ms then
 end
 local blocked_now = false
 if not refund then
+  -- The gap's rest, which a take of a cost waits out even when a block
+  -- ends first (it would be rejected for the gap then).
+  local gap_rest = 0
+  if spacing and request_cost > 0 then
+    gap_rest = gap_end - request_now
+  end
   if blocking and block_end > request_now then
-    reject_rest, request_cost, blocked_now = block_end - request_now, 0, true
-  elseif spacing and request_cost > 0 and gap_end > request_now then
-    reject_rest, request_cost = gap_end - request_now, 0
+    reject_rest, blocked_now = max(block_end - request_now, gap_rest), true
+  elseif gap_rest > 0 then
+    reject_rest = gap_rest
+  end
+  if reject_rest then
+    held_cost, request_cost, first_pass = request_cost, 0, 0
+    if up_to then
+      held_cost = min(held_cost, 1) -- a take up to a cost waits for one unit
+    end
   end
 end
 local found = stored ~= false
@@ -245,16 +268,13 @@ local repair = false
 -- the answer (25 bytes a limit), and admits has bit i set when limit i
 -- admits: strings and a number, no table to make on every call. A second
 -- pass builds its answer in again, keeping the first pass's part of the
--- limits it does not decide again.
-local value, answer, again = '', '', ''
+-- limits it does not decide again. waits gathers a held call's wait of
+-- each limit (pass 0; 7 bytes a limit, wait1 for a lone one).
+local value, answer, again, waits, wait1 = '', '', '', '', 0
 local admitted, never, admits, exp_all = 1, 0, 0, 0
 -- With one limit, its answer is kept in these and packed with the flags in
 -- one call at the end.
 local remaining1, reset1, retry1, counted1 = 0, 0, 0, 0
-local first_pass = 1
-if up_to then
-  first_pass = 0
-end
 for pass = first_pass, 2 do
   for i = 1, n do
     if pass <= 1 or floor(admits / flag[i]) % 2 == 1 then
@@ -270,7 +290,9 @@ for pass = first_pass, 2 do
         at, ahead = idiv(request_now, step), max(window, idiv(60000 + step - 1, step))
       end
       local cost, now = request_cost, at
-      if pass ~= 1 then
+      if pass == 0 then
+        cost = held_cost
+      elseif pass == 2 then
         cost = 0
       end
       -- What the fragment sets (see the contract at the top): the state

@@ -3,11 +3,13 @@ package redis
 import (
 	"testing"
 
+	"github.com/fiberlimit/limiter/internal/redistest"
 	"go.uber.org/goleak"
 )
 
 // TestMain fails the run if any goroutine outlives the tests: every client
-// and every redis-server a test starts must be closed by its cleanup.
+// and every redis-server a test starts must be closed by its cleanup. It
+// keeps go-redis's own log lines out of the output unless the run fails.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(redistest.QuietClientLogs(m))
 }

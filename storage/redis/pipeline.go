@@ -159,6 +159,24 @@ func (c *batchedCall) wake() {
 	}
 }
 
+// result is c's answer. A call that another caller's giving up cut off
+// (see batchContext) while its own caller still waits gets errCutOff, not
+// the pipeline's context.Canceled: Redis may have run it, as a call that
+// timed out, and the store did not fail.
+func (c *batchedCall) result() (string, error) {
+	s, err := c.cmd.Result()
+	if err != nil && errors.Is(err, context.Canceled) && c.ctx.Err() == nil {
+		err = fmt.Errorf("%w (%w)", errCutOff, err)
+	}
+	return s, err
+}
+
+// errCutOff is the error of a call whose pipeline ended because another
+// call's caller gave up. It wraps context.DeadlineExceeded, so that the
+// limiter reads it as a call that ran late (Redis may have counted it),
+// not as a store out of reach.
+var errCutOff = fmt.Errorf("limiter: redis: the pipeline carrying this call ended when another caller stopped waiting; Redis may have run it: %w", context.DeadlineExceeded)
+
 // leave gives c the error of its caller's context, which has ended: c is
 // not sent.
 func (c *batchedCall) leave() {
@@ -175,14 +193,14 @@ func (b *batcher) run(ctx context.Context, alg redisengine.Algorithm, key string
 		b.inFlight++
 		b.mu.Unlock()
 		b.send(ctx, []*batchedCall{c})
-		return c.cmd.Result()
+		return c.result()
 	}
 	c.done = make(chan struct{})
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.cmd.Result()
+		return c.result()
 	case <-ctx.Done():
 		c.giveUp()
 		return "", ctx.Err()

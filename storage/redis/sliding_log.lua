@@ -86,7 +86,7 @@ if refund then
   -- newest entry left (as adjustAll's decideRead raises it).
   now = at
   if count > 0 then
-    now = max(now, unpack('<I6', entries, 6 * count - 5))
+    now = max(now, (unpack('<I6', entries, 6 * count - 5)))
   end
   cost = 0
 end

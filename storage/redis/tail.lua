@@ -45,6 +45,18 @@
         if room < 0 or remaining < room then
           room = remaining
         end
+        if reject_rest then
+          -- A held call's look at its cost: the limit's wait (0 when the
+          -- cost fits now), or never.
+          if retry < 0 then
+            never, retry = never + flag[i], 0
+          end
+          if n == 1 then
+            wait1 = retry * step
+          else
+            waits = waits .. pack('<I7', retry * step)
+          end
+        end
       else
         -- nothing was counted
         again = again .. pack('<I4I7I7I7', remaining, reset * step, retry * step, 0)
@@ -67,9 +79,9 @@ if again ~= '' then
   answer = again -- the second pass ran
 end
 if not refund and not blocked_now then
-  if reject_rest or (admitted == 0 and never == 0) then
-    -- A take rejected for the gap, or one the limits reject that they
-    -- could admit later, blocks the key.
+  if (reject_rest or admitted == 0) and never == 0 then
+    -- A take rejected for the gap, or one the limits reject, blocks the
+    -- key, unless no wait would admit it.
     if blocking then
       block_end, key_changed = request_now + block_ms, true
       reject_rest = max(reject_rest or 0, block_ms)
@@ -80,16 +92,21 @@ if not refund and not blocked_now then
 end
 if reject_rest then
   -- Rejected for reject_rest: nothing remains, and each limit's retry
-  -- and reset last at least that long (the twin of Result.block).
-  admitted, never = 0, 0
+  -- (of a held call, at least its wait) and reset last at least that
+  -- long, its reset as long as its retry but for a limit that never admits
+  -- (the twin of rejectHeld and Result.block).
+  admitted = 0
   if n == 1 then
-    retry1 = max(retry1, reject_rest)
+    retry1 = max(retry1, wait1, reject_rest)
     remaining1, reset1, counted1 = 0, max(reset1, retry1), 0
   else
     local parts = ''
     for i = 1, n do
       local _, reset, retry = unpack('<I4I7I7', answer, 25 * i - 24)
       retry = max(retry, reject_rest)
+      if waits ~= '' then
+        retry = max(retry, (unpack('<I7', waits, 7 * i - 6)))
+      end
       parts = parts .. pack('<I4I7I7I7', 0, max(reset, retry), retry, 0)
     end
     answer = parts

@@ -240,6 +240,46 @@ func TestServerTime(t *testing.T) {
 	assert.GreaterOrEqual(t, r.CountedIn, first.CountedIn+300)
 }
 
+// On the server's TIME, a take held off by a block or a gap is told to
+// retry when it would be admitted, not when the hold ends: here the
+// limit's own wait for the cost (1.5 s, the sliding window's 3 s) is
+// longer than the hold (0.5 s). Waiting that long, the take is admitted.
+func TestRetryAfterWhileHeldOnServerTime(t *testing.T) {
+	store, _, _ := newStore(t, nil)
+	const hold = 500 * time.Millisecond
+	for _, a := range algorithms {
+		for _, blocking := range []bool{true, false} {
+			name := a.name + "/gap"
+			if blocking {
+				name = a.name + "/block"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				rule := Rule{Algorithm: a.alg, Max: 2, Expiration: 1500 * time.Millisecond, MinInterval: hold}
+				if blocking {
+					rule = Rule{Algorithm: a.alg, Max: 2, Expiration: 1500 * time.Millisecond, BlockFor: hold}
+				}
+				take := func(cost int64) Result {
+					t.Helper()
+					r, err := store.Take(ctx, name, rule, cost)
+					require.NoError(t, err)
+					return r
+				}
+				require.True(t, take(2).Allowed)
+				if blocking {
+					require.False(t, take(1).Allowed, "the limit is spent: a block starts")
+				}
+				r := take(2)
+				require.False(t, r.Allowed)
+				assert.Greater(t, r.RetryAfter, hold, "longer than the hold's rest: the limit's wait")
+				time.Sleep(r.RetryAfter)
+				assert.True(t, take(2).Allowed, "after RetryAfter %v", r.RetryAfter)
+			})
+		}
+	}
+}
+
 func TestServerDown(t *testing.T) {
 	server := redistest.Start(t)
 	// No retries, so that each failing call is quick.
