@@ -88,12 +88,9 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if l.cfg.MaxFunc != nil {
 		// 0 leaves the request unlimited, below 0 rejects it (a plan that
 		// admits nothing; see quota.Limiter.TakeWith).
-		switch req.First.Max = l.cfg.MaxFunc(r); {
-		case req.First.Max == 0:
+		if req.First.Max = l.cfg.MaxFunc(r); req.First.Max == 0 {
 			next.ServeHTTP(w, r)
 			return
-		case req.First.Max < 0:
-			req.First.Max = -1
 		}
 	}
 	if l.cfg.Cost != nil {

@@ -135,10 +135,8 @@ func (r *errorReporter) failed(now int64, err error, breakerOpen bool) {
 const slowRetry = time.Second
 
 // failedTake answers a take whose call failed with err. A call that
-// failed because its request ended gets that error, whatever the policy.
-// Under FailError
-// the answer is the error, wrapped (with unavailable's rejection for a
-// caller that cannot return one). Under FailFallback
+// failed because its request ended gets that error, whatever the policy;
+// under FailError every failed call gets its error, wrapped. Under FailFallback
 // a Redis call that ran out of time is not handed to the fallback unless
 // Redis is out of service: its script may still run (a busy Redis runs
 // what it has read, after the caller has gone), and Redis may hold the key
@@ -156,7 +154,7 @@ func (g *guardedStore) failedTake(ctx context.Context, key string, ls *limits, c
 		return Result{}, err // no failure of the store's: no policy answers it (request_ended.go)
 	}
 	if g.policy == FailError {
-		return g.unavailable(ctx, key, ls, cost), fmt.Errorf("limiter: storage failed: %w", err)
+		return Result{}, fmt.Errorf("limiter: storage failed: %w", err)
 	}
 	if g.policy != FailFallback || !g.countsLate || !errors.Is(err, ErrStorageTimeout) || g.store.classify(err) == failureNotRun ||
 		g.answeredAt.Load() < 0 || g.refusedAt.Load() >= int64(time.Since(g.origin)/time.Millisecond)-g.breaker.cooldown {
@@ -176,8 +174,8 @@ func (g *guardedStore) failedTake(ctx context.Context, key string, ls *limits, c
 // unavailable is the failure policy's answer: FailOpen's admission and
 // FailClosed's rejection carry each limit's Limit (Remaining 0), and
 // FailClosed's a RetryAfter of the breaker's cool-down. FailError, whose
-// answer is an error, gets FailClosed's where there is no error to return
-// (decider.takeKey).
+// breaker never opens, gets FailClosed's should a take meet no store to
+// call.
 func (g *guardedStore) unavailable(ctx context.Context, key string, ls *limits, cost int64) Result {
 	if g.policy == FailFallback {
 		v, _ := g.fallback.take(ctx, key, ls, cost)

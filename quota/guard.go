@@ -175,17 +175,9 @@ func (g *guardedStore) now() int64 {
 	return int64(time.Since(g.origin) / time.Millisecond)
 }
 
-// takeKey is the decider's take, of cost for key under ls: take without
-// its error, which under FailError leaves FailClosed's rejection. The
-// Limiter's takes call take, and return the error.
-func (g *guardedStore) takeKey(ctx context.Context, key string, ls limits, cost int64) Result {
-	v, _ := g.take(ctx, key, ls, cost)
-	return v
-}
-
-// take takes cost for key under ls. Its error, under FailError only, is
-// the failed call's.
-func (g *guardedStore) take(ctx context.Context, key string, ls limits, cost int64) (Result, error) {
+// takeKey is the decider's take, of cost for key under ls. Its error,
+// under FailError only, is the failed call's.
+func (g *guardedStore) takeKey(ctx context.Context, key string, ls limits, cost int64) (Result, error) {
 	if g.windowed {
 		key = windowedKey(nil, &ls, key)
 	}

@@ -24,9 +24,6 @@ type Limiter struct {
 	// decider makes every take and adjustment: the in-memory manager, or
 	// the guarded store over Redis or Storage.
 	decider decider
-	// guard is the decider when it is a guarded store, whose takes
-	// return errors under FailError (see take); nil otherwise.
-	guard *guardedStore
 	// memory is the decider when it is the in-memory manager, for
 	// TakeInto (see there); nil otherwise.
 	memory *manager
@@ -51,12 +48,12 @@ type Limiter struct {
 // cost the in-memory path an allocation a call (the Result of a caller's
 // stack, the limits of TakeWith): TestMemoryCallsAllocateNothing.
 type decider interface {
-	// takeKey takes cost units for key under ls.
-	takeKey(ctx context.Context, key string, ls limits, cost int64) Result
+	// takeKey takes cost units for key under ls. Its error, under
+	// FailError only, is that of the store's failed call.
+	takeKey(ctx context.Context, key string, ls limits, cost int64) (Result, error)
 	// adjustKey applies v.adjust of cost units to key: the refund of the
 	// take that returned v, or a penalty or a reward. It returns the state
-	// that leaves, and false when the store failed and the adjustment is
-	// lost.
+	// that leaves, or the error that lost the adjustment.
 	adjustKey(ctx context.Context, key string, ls limits, cost int64, v Result) (Result, error)
 }
 
@@ -139,7 +136,7 @@ func newLimiter(cfg Config) (*Limiter, error) {
 		}
 	}
 	if guard != nil {
-		l.decider, l.guard = guard, guard
+		l.decider = guard
 		guard.ownedBy(l) // its probes end when l is gone
 	}
 	if l.recordStore == nil {
@@ -188,22 +185,13 @@ func (l *Limiter) TakeInto(ctx context.Context, key string, cost int, res *Resul
 		l.memory.takeInto(ctx, key, &l.base, int64(cost), res)
 	default:
 		var err error
-		if *res, err = l.take(ctx, key, l.base, int64(cost)); err != nil {
+		if *res, err = l.decider.takeKey(ctx, key, l.base, int64(cost)); err != nil {
 			*res = Result{}
 			return err
 		}
 	}
 	l.finish(res, &l.base)
 	return nil
-}
-
-// take is the decider's take of cost for key under ls, with the error of
-// a failed store call under FailError.
-func (l *Limiter) take(ctx context.Context, key string, ls limits, cost int64) (Result, error) {
-	if l.guard != nil {
-		return l.guard.take(ctx, key, ls, cost)
-	}
-	return l.decider.takeKey(ctx, key, ls, cost), nil
 }
 
 // TakeIdempotent is Take made idempotent: id names the request (its
@@ -313,7 +301,7 @@ func (l *Limiter) TakeUpTo(ctx context.Context, key string, cost int) (granted i
 	}
 	ls := l.base
 	ls.upTo = true
-	if res, err = l.take(ctx, key, ls, int64(cost)); err != nil {
+	if res, err = l.decider.takeKey(ctx, key, ls, int64(cost)); err != nil {
 		return 0, Result{}, err
 	}
 	l.finish(&res, &ls)

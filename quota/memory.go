@@ -143,15 +143,15 @@ func (m *manager) shardFor(key string) (*shard, uint64) {
 
 // takeKey is the decider's take, of cost for key under ls. The window a
 // key carries is put together on the stack: a take in memory allocates
-// nothing.
-func (m *manager) takeKey(ctx context.Context, key string, ls limits, cost int64) Result {
+// nothing, and fails never.
+func (m *manager) takeKey(ctx context.Context, key string, ls limits, cost int64) (Result, error) {
 	var buf [keyRoom]byte
 	if m.windowed {
 		key = windowedKey(buf[:0], &ls, key)
 	}
 	var v Result
 	m.takeInto(ctx, key, &ls, cost, &v)
-	return v
+	return v, nil
 }
 
 // adjustKey is the decider's adjustment of cost units for key under ls

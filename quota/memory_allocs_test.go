@@ -70,7 +70,7 @@ func BenchmarkMemoryTake(b *testing.B) {
 		b.Run(alg.String()+"/TakeIntoViaDecider", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				res = l.decider.takeKey(ctx, "client", l.base, 1)
+				res, _ = l.decider.takeKey(ctx, "client", l.base, 1)
 				l.finish(&res, &l.base)
 			}
 		})

@@ -186,14 +186,8 @@ func (b *redisBackend) checkEviction(ctx context.Context) (next int64, warning e
 	}
 	// What a look can read depends on the ACL user (INFO may be refused
 	// to one and not another): each user looks for itself.
-	switch c := b.engine.Conn().(type) {
-	case *goredis.Client:
-		id += " user " + c.Options().Username
-	case *goredis.ClusterClient:
-		id += " user " + c.Options().Username
-	case *goredis.Ring:
-		id += " user " + c.Options().Username
-	}
+	user, _ := credentials(b.engine.Conn())
+	id += " user " + user
 	v, _ := evictionLooks.LoadOrStore(id, new(atomic.Int64))
 	looked := v.(*atomic.Int64)
 	now, last := time.Now().UnixMilli(), looked.Load()

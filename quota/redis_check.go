@@ -55,17 +55,22 @@ var redisCheckSeed = maphash.MakeSeed()
 // and the credentials it gives (hashed), so that another client of the
 // same server with other credentials is asked again.
 func redisCheckKey(client goredis.UniversalClient) string {
-	id := storeIdentity(client)
-	var user, password string
+	user, password := credentials(client)
+	return fmt.Sprintf("%s user %q %x", storeIdentity(client), user, maphash.String(redisCheckSeed, password))
+}
+
+// credentials are the ACL user and password client gives, "" for a
+// client of another kind.
+func credentials(client goredis.UniversalClient) (user, password string) {
 	switch c := client.(type) {
 	case *goredis.Client:
-		user, password = c.Options().Username, c.Options().Password
+		return c.Options().Username, c.Options().Password
 	case *goredis.ClusterClient:
-		user, password = c.Options().Username, c.Options().Password
+		return c.Options().Username, c.Options().Password
 	case *goredis.Ring:
-		user, password = c.Options().Username, c.Options().Password
+		return c.Options().Username, c.Options().Password
 	}
-	return fmt.Sprintf("%s user %q %x", id, user, maphash.String(redisCheckSeed, password))
+	return "", ""
 }
 
 // checkRedis makes New's call to the Redis of b, reached through field

@@ -34,7 +34,7 @@ func (l *Limiter) TakeWith(ctx context.Context, key string, cost int, first Limi
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := l.take(ctx, key, ls, int64(cost))
+	res, err := l.decider.takeKey(ctx, key, ls, int64(cost))
 	if err != nil {
 		return Result{}, err
 	}

@@ -64,11 +64,8 @@ func (h *Handler[C]) Serve(c C) error {
 	if h.MaxFunc != nil {
 		// As in Fiber: 0 leaves the request unlimited, below 0 rejects it
 		// (a plan that admits nothing; see quota.Limiter.TakeWith).
-		switch r.First.Max = h.MaxFunc(c); {
-		case r.First.Max == 0:
+		if r.First.Max = h.MaxFunc(c); r.First.Max == 0 {
 			return h.Next(c)
-		case r.First.Max < 0:
-			r.First.Max = -1
 		}
 	}
 	if h.ExpirationFunc != nil {
