@@ -204,6 +204,17 @@ type Config struct {
 	// Optional. Default: 0 (none)
 	MinInterval time.Duration
 
+	// Lease, when above 0 and Storage is set, lets each replica decide a
+	// busy client's requests from a share of its quota that it takes from
+	// the Storage (Redis) in one call and keeps for at most Lease, instead
+	// of a call per request: replicas together still never admit more than
+	// Max. Not with MaxFunc, BlockFor, MinInterval, SlidingLog{}, or
+	// TokenBucket{} with Skip*Requests (New panics). See quota.Config.Lease
+	// and docs/leases.md.
+	//
+	// Optional. Default: 0 (a Redis call per request)
+	Lease time.Duration
+
 	// BlockFor, when above 0, holds a client off for this long after a
 	// rejection, whatever its counts: its requests get 429 with Retry-After
 	// the time until the request would be admitted (the rest of the block,
@@ -514,6 +525,7 @@ const (
 	SourceFailOpen   Source = quota.SourceFailOpen
 	SourceFailClosed Source = quota.SourceFailClosed
 	SourceRepeat     Source = quota.SourceRepeat
+	SourceLease      Source = quota.SourceLease
 )
 
 // Never is DecisionEvent.RetryAfter for a request that can never be

@@ -121,6 +121,19 @@ func TestQuickRun(t *testing.T) {
 		if !(median(r.ceiling.rate[rOursFixed]) > 0) {
 			t.Errorf("ceiling: ours gave %v", r.ceiling.rate[rOursFixed])
 		}
+		if !(median(r.ceiling.scriptUsec) > 0) {
+			t.Errorf("ceiling: the script's µs per call in redis-benchmark's run is %v", r.ceiling.scriptUsec)
+		}
+		// A lease decides the hot key from shares: a few grants for the
+		// whole measurement, where the same call without a lease makes a
+		// script call per batch of decisions. (The token bucket leases
+		// only while the bucket is in debt, never under 10^9 per minute.)
+		for _, p := range leasePairs[:2] {
+			lease, exact := median(r.ceiling.hotCalls[p[0]]), median(r.ceiling.hotCalls[p[1]])
+			if !(exact > 0) || !(lease < exact/4) {
+				t.Errorf("ceiling: hot key, script calls per decision: %s %v, %s %v; want the lease's under a quarter", p[0], lease, p[1], exact)
+			}
+		}
 	}
 
 	// Figure 7: every cell played its trace, and the estimate erred
@@ -147,6 +160,7 @@ func TestQuickRun(t *testing.T) {
 		"## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "command: go test", "GOMAXPROCS=",
 		vFiberFixed, vFiberSliding, vUluleMem, rRedisRate, rUlule, rMwFiber, "fiber-fixed-redis",
 		rOursFixed, rOursFixedUnpiped, rMwOursFixed, "ours-fixed / redis_rate", vFloor + " / " + vFiberFixed,
+		rOursFixedLease, rOursSlidingLease, rOursTokenLease, "## 6b.", "## 6c.", rOursFixedLease + " / " + rEngineFixed,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q", want)

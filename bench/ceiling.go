@@ -7,8 +7,11 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // ceilingScript is the smallest useful rate-limit script: a fixed-window
@@ -19,20 +22,77 @@ const ceilingScript = `local n = redis.call('INCR', KEYS[1]) if n == 1 then redi
 var rpsRE = regexp.MustCompile(`([0-9.]+) requests per second`)
 
 // ceilingVariants are the Redis variants set against the ceiling.
-var ceilingVariants = []string{rOursFixed, rOursFixedUnbatch, rOursFixedUnpiped, rRedisRate, rRedisRateAuto}
+var ceilingVariants = []string{
+	rOursFixed, rOursFixedUnbatch, rOursFixedUnpiped, rRedisRate, rRedisRateAuto,
+	rEngineFixed, rEngineSliding, rEngineToken, rOursFixedLease, rOursSlidingLease, rOursTokenLease,
+}
+
+// leasePairs set each lease row against the same call without a lease.
+var leasePairs = [][2]string{
+	{rOursFixedLease, rEngineFixed},
+	{rOursSlidingLease, rEngineSliding},
+	{rOursTokenLease, rEngineToken},
+}
 
 // ceilingResult holds figure 6: per round, redis-benchmark's requests/s
 // without and with -P 16, and each variant's decisions/s at the most
-// callers over many keys and on one hot key.
+// callers over many keys and on one hot key; and from INFO commandstats,
+// the script calls and their µs per decision, and the ceiling script's
+// own µs per call in the -P 16 run.
 type ceilingResult struct {
-	skipped   string // why the figure was not measured, or ""
-	requests  int
-	callers   int
-	keys      int
-	plain     []float64
-	pipelined []float64
-	rate      map[string][]float64 // over many keys
-	hot       map[string][]float64 // on the variant's hot key
+	skipped    string // why the figure was not measured, or ""
+	requests   int
+	callers    int
+	keys       int
+	plain      []float64
+	pipelined  []float64
+	scriptUsec []float64            // µs per call of the ceiling script, -P 16 run
+	rate       map[string][]float64 // over many keys
+	hot        map[string][]float64 // on the variant's hot key
+	// Per decision, over many keys and on the hot key: script calls, and
+	// the µs Redis spent in them.
+	calls, usec       map[string][]float64
+	hotCalls, hotUsec map[string][]float64
+}
+
+// scriptStats is what INFO commandstats counts of script calls (EVALSHA
+// and EVAL): calls, and µs spent executing them.
+type scriptStats struct{ calls, usec float64 }
+
+// readScriptStats reads the server's scriptStats since its start (or its
+// last CONFIG RESETSTAT).
+func readScriptStats(admin *goredis.Client) (scriptStats, error) {
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return scriptStats{}, err
+	}
+	var st scriptStats
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if name != "cmdstat_evalsha" && name != "cmdstat_eval" || !ok {
+			continue
+		}
+		for _, field := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(field, "=")
+			n, err := strconv.ParseFloat(v, 64)
+			switch {
+			case k != "calls" && k != "usec":
+				continue
+			case err != nil:
+				return scriptStats{}, fmt.Errorf("commandstats line %q: %w", line, err)
+			case k == "calls":
+				st.calls += n
+			default:
+				st.usec += n
+			}
+		}
+	}
+	return st, nil
+}
+
+// since is what the server counted between from and st.
+func (st scriptStats) since(from scriptStats) scriptStats {
+	return scriptStats{st.calls - from.calls, st.usec - from.usec}
 }
 
 // redisBenchmark runs bin against srv with the ceiling script's sha and
@@ -65,6 +125,8 @@ func runCeiling(o options, srv *redisServer) (*ceilingResult, error) {
 	res := &ceilingResult{
 		requests: o.ceilingRequests, callers: slices.Max(o.callers), keys: o.redisKeys,
 		rate: map[string][]float64{}, hot: map[string][]float64{},
+		calls: map[string][]float64{}, usec: map[string][]float64{},
+		hotCalls: map[string][]float64{}, hotUsec: map[string][]float64{},
 	}
 	bin := ""
 	if o.redisBenchmark != "" {
@@ -74,9 +136,9 @@ func runCeiling(o options, srv *redisServer) (*ceilingResult, error) {
 		res.skipped = "redis-benchmark not found"
 		return res, nil
 	}
-	client := srv.client(1)
-	sha, err := client.ScriptLoad(context.Background(), ceilingScript).Result()
-	_ = client.Close()
+	admin := srv.client(1)
+	defer func() { _ = admin.Close() }() // it loads the script and reads the server's stats
+	sha, err := admin.ScriptLoad(context.Background(), ceilingScript).Result()
 	if err != nil {
 		return nil, fmt.Errorf("SCRIPT LOAD: %w", err)
 	}
@@ -93,37 +155,63 @@ func runCeiling(o options, srv *redisServer) (*ceilingResult, error) {
 		if err != nil {
 			return nil, err
 		}
+		st0, err := readScriptStats(admin)
+		if err != nil {
+			return nil, err
+		}
 		piped, err := redisBenchmark(bin, srv, sha, o.ceilingRequests, 16)
+		if err != nil {
+			return nil, err
+		}
+		st1, err := readScriptStats(admin)
 		if err != nil {
 			return nil, err
 		}
 		res.plain = append(res.plain, plain)
 		res.pipelined = append(res.pipelined, piped)
+		if d := st1.since(st0); d.calls > 0 {
+			res.scriptUsec = append(res.scriptUsec, d.usec/d.calls)
+		}
 		for vi, v := range variants {
 			cur := &cursors[vi]
 			many := func() int { return int((cur.Add(1) - 1) % int64(o.redisKeys)) }
 			hot := func() int { return o.redisKeys }
 			for _, cell := range []struct {
-				key  func() int
-				into map[string][]float64
-			}{{many, res.rate}, {hot, res.hot}} {
+				key               func() int
+				rate, calls, usec map[string][]float64
+			}{{many, res.rate, res.calls, res.usec}, {hot, res.hot, res.hotCalls, res.hotUsec}} {
+				// Each cell on an empty Redis: the keys of the cells before
+				// it (100k a many-key cell, living a minute) would make a
+				// larger keyspace for the variants measured later in a round.
+				if err := admin.FlushAll(context.Background()).Err(); err != nil {
+					return nil, fmt.Errorf("FLUSHALL: %w", err)
+				}
 				s, err := v.open(srv, res.callers)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", v.name, err)
 				}
+				st0, err0 := readScriptStats(admin)
 				m, err := measure(s, res.callers, o.redisTime, o.redisKeys, cell.key)
+				st1, err1 := readScriptStats(admin)
 				s.close()
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", v.name, err)
 				}
-				cell.into[v.name] = append(cell.into[v.name], m.rate)
+				cell.rate[v.name] = append(cell.rate[v.name], m.rate)
+				if err0 == nil && err1 == nil && m.decisions > 0 {
+					d := st1.since(st0)
+					cell.calls[v.name] = append(cell.calls[v.name], d.calls/float64(m.decisions))
+					cell.usec[v.name] = append(cell.usec[v.name], d.usec/float64(m.decisions))
+				}
 			}
 		}
 	}
 	return res, nil
 }
 
-// tables renders figure 6.
+// tables renders figure 6: decisions/s against the ceiling (6), script
+// calls and Redis CPU per decision (6b), and leases against the same call
+// without (6c).
 func (r *ceilingResult) tables() []*table {
 	t := &table{
 		title:  "6. Ceiling: redis-benchmark running a bare INCR+PEXPIRE script (EVALSHA) on the same Redis",
@@ -135,7 +223,8 @@ func (r *ceilingResult) tables() []*table {
 	}
 	t.notes = []string{
 		fmt.Sprintf("redis-benchmark -c 50 -n %d -r 100000 -q EVALSHA <sha> 1 k:__rand_int__ 60000, with and without -P 16; it shares the cores with Redis, as our callers do.", r.requests),
-		fmt.Sprintf("Variants: %d callers over %s keys, and on one hot key, in the same rounds; fractions are medians of per-round ratios.", r.callers, count(r.keys)),
+		fmt.Sprintf("Variants: %d callers over %s keys, and on one hot key, in the same rounds, each cell on a Redis emptied by FLUSHALL; fractions are medians of per-round ratios.", r.callers, count(r.keys)),
+		fmt.Sprintf("-lease: quota.Limiter.Take with Config.Lease %v; [engine]: the same call without Lease. Limit 10^9 per minute: it never binds, and never caps a share (at most half the room left), so the hot-key cells measure decision speed. A fresh Limiter per cell: over %s keys each key is seen once (cold, decided in Redis), and the hot key's shares grow from nothing within the cell.", benchLease, count(r.keys)),
 	}
 	t.add("redis-benchmark, no pipelining", fmtRate(median(r.plain)), fmtRatio(pairedRatio(r.plain, r.pipelined)), "1.00x", "", "")
 	t.add("redis-benchmark -P 16", fmtRate(median(r.pipelined)), "1.00x", fmtRatio(pairedRatio(r.pipelined, r.plain)), "", "")
@@ -144,5 +233,31 @@ func (r *ceilingResult) tables() []*table {
 			fmtRatio(pairedRatio(r.rate[v], r.pipelined)), fmtRatio(pairedRatio(r.rate[v], r.plain)),
 			fmtRate(median(r.hot[v])), fmtRatio(pairedRatio(r.hot[v], r.pipelined)))
 	}
-	return []*table{t}
+
+	cpu := &table{
+		title: "6b. Script calls and Redis CPU per decision (INFO commandstats, EVALSHA + EVAL)",
+		header: []string{"what", "calls / decision", "µs / decision", "of ceiling's µs",
+			"hot, calls / decision", "hot, µs / decision", "hot, of ceiling's µs"},
+		notes: []string{
+			"Deltas of INFO commandstats (calls, usec of evalsha and eval) over each measurement, divided by its decisions (warm-up included); median over rounds. usec is the time Redis spent executing the scripts, not reading or answering.",
+			"The ceiling's µs is the bare script's µs per call in the same round's redis-benchmark -P 16 run; \"of ceiling's µs\" is the median of per-round ratios.",
+			fmt.Sprintf("A share's unused units go back when its lease ends (%v), after the cell: that one call per hot key is not counted.", benchLease),
+		},
+	}
+	cpu.add("redis-benchmark -P 16", "1", fmtFloat(median(r.scriptUsec)), "1.00x", "", "", "")
+	for _, v := range ceilingVariants {
+		cpu.add(fmt.Sprintf("%s ×%d", v, r.callers),
+			fmtFloat(median(r.calls[v])), fmtFloat(median(r.usec[v])), fmtRatio(pairedRatio(r.usec[v], r.scriptUsec)),
+			fmtFloat(median(r.hotCalls[v])), fmtFloat(median(r.hotUsec[v])), fmtRatio(pairedRatio(r.hotUsec[v], r.scriptUsec)))
+	}
+
+	lease := &table{
+		title:  "6c. Leases: decisions/s with Lease / without (the same quota.Limiter.Take call)",
+		header: []string{"lease / exact", fmt.Sprintf("%s keys ×%d", count(r.keys), r.callers), fmt.Sprintf("hot ×%d", r.callers)},
+		notes:  []string{"Median of per-round ratios; above 1, the lease decides more per second."},
+	}
+	for _, p := range leasePairs {
+		lease.add(p[0]+" / "+p[1], fmtRatio(pairedRatio(r.rate[p[0]], r.rate[p[1]])), fmtRatio(pairedRatio(r.hot[p[0]], r.hot[p[1]])))
+	}
+	return []*table{t, cpu, lease}
 }

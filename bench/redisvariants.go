@@ -34,6 +34,11 @@ const (
 	rOursFixed100     = "ours-fixed, Max 100"
 	rOursLog100       = "ours-log, Max 100"
 	rEngineFixed      = "ours-fixed [engine]"
+	rEngineSliding    = "ours-sliding [engine]"
+	rEngineToken      = "ours-token [engine]"
+	rOursFixedLease   = "ours-fixed-lease"
+	rOursSlidingLease = "ours-sliding-lease"
+	rOursTokenLease   = "ours-token-lease"
 	rRedisRate        = "redis_rate"
 	rRedisRateAuto    = "redis_rate [autopipeline]"
 	rUlule            = "ulule-redis"
@@ -99,15 +104,26 @@ func strictVariant(name string, alg redisengine.Algorithm, keys []string) *redis
 	}}
 }
 
+// benchLease is the Lease of the -lease rows: what a user would pick,
+// long enough that a busy key needs a call or two a second, short enough
+// that a replica's unused share comes back soon.
+const benchLease = time.Second
+
 // engineVariant is the engine, package quota, called directly: what the
 // middleware does per request, without Fiber, with the middleware's
 // failure layer (FailClosed, so a failure is an error, not a decision).
-func engineVariant(name string, keys []string, o options) *redisVariant {
-	return &redisVariant{name, "quota.Limiter.Take", func(srv *redisServer, pool int) (*redisSession, error) {
+// With lease above 0 it is Config.Lease: a busy key's takes decided from
+// a share of its quota.
+func engineVariant(name string, alg quota.Algorithm, lease time.Duration, keys []string, o options) *redisVariant {
+	via := "quota.Limiter.Take"
+	if lease > 0 {
+		via += ", Lease " + lease.String()
+	}
+	return &redisVariant{name, via, func(srv *redisServer, pool int) (*redisSession, error) {
 		client := srv.client(pool)
 		l, err := quota.New(quota.Config{
-			Limits: []quota.Limit{{Max: redisMax, Expiration: time.Minute}}, Redis: client, Name: "bench-engine",
-			FailurePolicy: quota.FailClosed, StorageTimeout: o.storageTimeout,
+			Algorithm: alg, Limits: []quota.Limit{{Max: redisMax, Expiration: time.Minute}}, Redis: client, Name: "bench-engine",
+			FailurePolicy: quota.FailClosed, StorageTimeout: o.storageTimeout, Lease: lease,
 		})
 		if err != nil {
 			_ = client.Close()
@@ -121,9 +137,22 @@ func engineVariant(name string, keys []string, o options) *redisVariant {
 			}
 			return err
 		}
-		return &redisSession{func() func(int) error { return decide }, func() { _ = client.Close() }}, nil
+		done := func() {
+			// The shares still out go back when their leases end, by the
+			// Limiter's timer: on this client, before it is closed, as a
+			// replica that keeps running would give them back.
+			if lease > 0 {
+				time.Sleep(lease + leaseReturnSlack)
+			}
+			_ = client.Close()
+		}
+		return &redisSession{func() func(int) error { return decide }, done}, nil
 	}}
 }
+
+// leaseReturnSlack is how long after its lease's end a lease session
+// waits for its shares' returns before it closes its client.
+const leaseReturnSlack = 200 * time.Millisecond
 
 // handlerSession serves mw in a Fiber app, each caller with its own
 // request context, and calls done at close.
@@ -185,7 +214,12 @@ func redisVariants(n int, o options) []*redisVariant {
 		oursStoreVariant(rOursToken, redisengine.TokenBucket, sk("s:tb:")),
 		strictVariant(rOursFixed100, redisengine.FixedWindow, sk("s:fw100:")),
 		strictVariant(rOursLog100, redisengine.SlidingLog, sk("s:sl100:")),
-		engineVariant(rEngineFixed, sk("e:fw:"), o),
+		engineVariant(rEngineFixed, quota.FixedWindow, 0, sk("e:fw:"), o),
+		engineVariant(rEngineSliding, quota.SlidingWindow, 0, sk("e:sw:"), o),
+		engineVariant(rEngineToken, quota.TokenBucket, 0, sk("e:tb:"), o),
+		engineVariant(rOursFixedLease, quota.FixedWindow, benchLease, sk("e:fwl:"), o),
+		engineVariant(rOursSlidingLease, quota.SlidingWindow, benchLease, sk("e:swl:"), o),
+		engineVariant(rOursTokenLease, quota.TokenBucket, benchLease, sk("e:tbl:"), o),
 		{rRedisRate, "Limiter.Allow", func(srv *redisServer, pool int) (*redisSession, error) {
 			client := srv.client(pool)
 			rl := redis_rate.NewLimiter(client)
@@ -276,4 +310,7 @@ var redisPairs = [][2]string{
 	{rMwOursFixed, rMwOursCtx},
 	{rEngineFixed, rOursFixed},
 	{rEngineFixed, rMwOursFixed},
+	{rOursFixedLease, rEngineFixed},
+	{rOursSlidingLease, rEngineSliding},
+	{rOursTokenLease, rEngineToken},
 }

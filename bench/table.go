@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -121,4 +122,13 @@ func fmtMicros(ns float64) string {
 	default:
 		return fmt.Sprintf("%.0f", us)
 	}
+}
+
+// fmtFloat writes x with three significant digits, small values included
+// (a script call per thousands of decisions).
+func fmtFloat(x float64) string {
+	if math.IsNaN(x) {
+		return "-"
+	}
+	return strconv.FormatFloat(x, 'g', 3, 64)
 }

@@ -211,6 +211,7 @@ func (r *throughputResult) tables() []*table {
 			"ours-* pipeline concurrent calls by default (storage/redis), and decide the calls a pipeline carries to one node in one batch-script call per algorithm and slot; -unbatched uses redis.WithoutBatching() (a script call per decision, pipelined); -unpipelined uses redis.WithoutPipelining(). [mw] = Fiber middleware via app.Handler(), no network.",
 			"redis_rate [autopipeline]: redis_rate over go-redis's experimental Client.AutoPipeline() (v9.22+), which pipelines concurrent commands of any kind.",
 			"ours [mw] = limiter.Config{Storage: redis.New(client)} on a default go-redis client, FailClosed; -ctxtimeout: the client has ContextTimeoutEnabled, which spares the limiter's per-call timeout goroutine.",
+			fmt.Sprintf("ours-* [engine] = quota.Limiter.Take, FailClosed; ours-*-lease = the same with Config.Lease %v (a fresh Limiter per cell: the hot key's shares grow from nothing, each of the %s keys is seen once and decided in Redis; a token bucket that never binds cannot lease, see figure 6).", benchLease, count(r.keys)),
 		}, r.errorNotes()...),
 	}
 	lat := &table{

@@ -188,6 +188,14 @@ type Config struct {
 	// Optional. Default: 0 (none)
 	MinInterval time.Duration
 
+	// Lease lets each replica decide a busy client's requests from a share
+	// of its quota in Redis, kept for at most Lease, instead of a call per
+	// request; never more than the limit across replicas
+	// (quota.Config.Lease, docs/leases.md).
+	//
+	// Optional. Default: 0 (a Redis call per request)
+	Lease time.Duration
+
 	// BlockFor holds a client off for this long after a rejection, at most a
 	// year (quota.Config.BlockFor).
 	//
@@ -394,6 +402,7 @@ const (
 	SourceFailOpen   Source = quota.SourceFailOpen
 	SourceFailClosed Source = quota.SourceFailClosed
 	SourceRepeat     Source = quota.SourceRepeat
+	SourceLease      Source = quota.SourceLease
 )
 
 // Never is DecisionEvent.RetryAfter for a request that can never be

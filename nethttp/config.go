@@ -171,6 +171,13 @@ type Config struct {
 	// Optional. Default: 0 (none)
 	MinInterval time.Duration
 
+	// Lease, when above 0 and Redis is set, lets each replica decide a busy
+	// client's requests from a share of its quota, kept for at most Lease,
+	// instead of a Redis call per request; see quota.Config.Lease.
+	//
+	// Optional. Default: 0 (a Redis call per request)
+	Lease time.Duration
+
 	// BlockFor, when above 0, rejects a client's requests for this long
 	// after one is rejected; see quota.Config.BlockFor.
 	//
@@ -322,6 +329,7 @@ const (
 	SourceFailOpen   Source = quota.SourceFailOpen
 	SourceFailClosed Source = quota.SourceFailClosed
 	SourceRepeat     Source = quota.SourceRepeat
+	SourceLease      Source = quota.SourceLease
 )
 
 // Never is DecisionEvent.RetryAfter for a request that can never be

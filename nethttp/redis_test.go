@@ -30,23 +30,31 @@ func TestExactAcrossReplicas(t *testing.T) {
 					KeyGenerator: func(*http.Request) string { return "exact-" + alg.String() },
 				})(http.HandlerFunc(ok)))
 			}
-			var admitted, next atomic.Int64
-			var wg sync.WaitGroup
-			for range 16 {
-				wg.Go(func() {
-					for i := next.Add(1); i <= 200; i = next.Add(1) {
-						switch code := from(replicas[i%3], "192.0.2.1:"+strconv.Itoa(int(i))).StatusCode; code {
-						case 200:
-							admitted.Add(1)
-						case 429:
-						default:
-							t.Errorf("status %d", code)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			assert.Equal(t, int64(20), admitted.Load())
+			assert.Equal(t, int64(20), hammer(t, replicas, 200, 16))
 		})
 	}
+}
+
+// hammer sends requests requests from callers goroutines, spread over
+// replicas in turn, and returns how many were admitted; a status other
+// than 200 or 429 fails the test.
+func hammer(t *testing.T, replicas []http.Handler, requests, callers int64) int64 {
+	t.Helper()
+	var admitted, next atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= requests; i = next.Add(1) {
+				switch code := from(replicas[i%int64(len(replicas))], "192.0.2.1:"+strconv.Itoa(int(i))).StatusCode; code {
+				case 200:
+					admitted.Add(1)
+				case 429:
+				default:
+					t.Errorf("status %d", code)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return admitted.Load()
 }

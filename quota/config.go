@@ -116,6 +116,25 @@ type Config struct {
 	// Optional. Default: 0 (none)
 	MinInterval time.Duration
 
+	// Lease, when above 0, lets this process decide a busy key's takes
+	// from a share of the key's quota in Redis (or Storage), taken in one
+	// call and kept for at most Lease, instead of one call per take. The
+	// share is counted in the store when it is taken, so the processes
+	// together never admit more than the limit; what a window's share does
+	// not use goes back when its lease ends, and a token bucket's refills.
+	// Keys of a few takes a lease are decided in the store as without it.
+	// A process that dies holding a share strands its units until their
+	// window ends (or they refill). A token bucket with Lease takes no
+	// Refund, and no limiter with Lease a Reward (both return an error);
+	// Penalize ends this process's share. Not with SlidingLog, BlockFor,
+	// MinInterval, VaryMax or VaryExpiration, nor with Now on Redis (New
+	// returns an error, in memory too); TakeUpTo and TakeIdempotent are
+	// decided in the store. In memory it changes nothing. At most an hour.
+	// See docs/leases.md.
+	//
+	// Optional. Default: 0 (a call per take)
+	Lease time.Duration
+
 	// VaryMax lets TakeWith set the first limit's Max per call (a plan, an
 	// API key). Time is then kept in steps fit for the largest Max, 2^32-1.
 	// SlidingLog takes none: New returns an error.
@@ -289,6 +308,9 @@ func (cfg *Config) fill() error {
 			return fmt.Errorf("limiter: %s is %v; it must be 0 (none) or up to %v", f.name, f.d, maxBlock)
 		}
 	}
+	if err := cfg.checkLease(); err != nil {
+		return err
+	}
 	for _, f := range [...]struct {
 		name string
 		v    int
@@ -434,4 +456,35 @@ func isNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// maxLease is the longest Config.Lease.
+const maxLease = time.Hour
+
+// checkLease checks Lease against the rest of cfg: a share is spent on
+// this replica alone, so rules that every replica must see of each take
+// (a block, a gap, a Max or window of the take's own) cannot hold under it.
+func (cfg *Config) checkLease() error {
+	if cfg.Lease == 0 {
+		return nil
+	}
+	if cfg.Lease < time.Millisecond || cfg.Lease > maxLease {
+		return fmt.Errorf("limiter: Lease is %v; it must be 0 (none) or 1ms to %v", cfg.Lease, maxLease)
+	}
+	var with string
+	switch {
+	case cfg.Algorithm == SlidingLog:
+		with = "Algorithm SlidingLog (a share's units would be logged at the grant, not when they are spent)"
+	case cfg.BlockFor > 0:
+		with = "BlockFor (a block set in Redis would not stop the shares other replicas hold)"
+	case cfg.MinInterval > 0:
+		with = "MinInterval (the takes of a share are spaced on one replica only)"
+	case cfg.VaryMax:
+		with = "VaryMax (a share is taken under one Max)"
+	case cfg.VaryExpiration:
+		with = "VaryExpiration (a share is taken under one window)"
+	default:
+		return nil
+	}
+	return fmt.Errorf("limiter: Lease is set with %s; set one of them", with)
 }

@@ -29,6 +29,7 @@ type denyCache struct {
 	more         []denyPart // limits 1 to n-1 of every entry
 	stride       int        // n-1
 	mask         uint64
+	most         int64 // ms a rejection is kept at most (Config.Lease's, with leases)
 }
 
 type denySet struct {
@@ -71,6 +72,7 @@ func newDenyCache(keys, n int) *denyCache {
 		more:   make([]denyPart, sets*denyWays*(n-1)),
 		stride: n - 1,
 		mask:   uint64(sets - 1),
+		most:   math.MaxInt64,
 	}
 }
 
@@ -151,14 +153,14 @@ func (p *denyPart) decision(now int64, r rule, cost int64) Decision {
 // a finite, positive RetryAfter is not kept.
 func (c *denyCache) add(key string, now int64, ls *limits, cost int64, v *Result, gen uint64) {
 	set, more, h1, h2 := c.hash(key)
-	c.put(set, more, h1, h2, math.MaxInt64, now, ls, cost, v, gen)
+	c.put(set, more, h1, h2, c.most, now, ls, cost, v, gen)
 }
 
 // addIdempotent is add for request r of key, an idempotent take that the
 // store rejected (see checkIdempotent), for at most most ms.
 func (c *denyCache) addIdempotent(key string, r *requestID, most, now int64, ls *limits, cost int64, v *Result, gen uint64) {
 	set, more, h1, _ := c.hash(key)
-	c.put(set, more, h1, maphash.Bytes(c.seed2, r[:]), most, now, ls, cost, v, gen)
+	c.put(set, more, h1, maphash.Bytes(c.seed2, r[:]), min(most, c.most), now, ls, cost, v, gen)
 }
 
 // put is add into set, as the entry of hashes h1 and h2, kept for at most

@@ -163,10 +163,10 @@ func TestFailurePolicyAndSourceNames(t *testing.T) {
 	assert.Equal(t, "FailFallback FailOpen FailClosed FailurePolicy(7)",
 		FailFallback.String()+" "+FailOpen.String()+" "+FailClosed.String()+" "+FailurePolicy(7).String())
 	var names []string
-	for s := SourceBackend; s <= SourceRepeat+1; s++ {
+	for s := SourceBackend; s <= SourceLease+1; s++ {
 		names = append(names, s.String())
 	}
-	assert.Equal(t, []string{"backend", "deny_cache", "fallback", "fail_open", "fail_closed", "repeat", "Source(6)"}, names)
+	assert.Equal(t, []string{"backend", "deny_cache", "fallback", "fail_open", "fail_closed", "repeat", "lease", "Source(7)"}, names)
 	report := &StorageError{Err: errStoreDown, Failures: 3, BreakerOpen: true}
 	assert.Equal(t, "limiter: 3 storage call(s) failed since the last report (breaker open): "+errStoreDown.Error(), report.Error())
 	warning := &StorageError{Err: errors.New("limiter: Redis may evict rate-limit keys")}

@@ -102,6 +102,9 @@ func newLimiter(cfg Config) (*Limiter, error) {
 	var guard *guardedStore
 	switch {
 	case cfg.Redis != nil || onRedis(lua):
+		if cfg.Lease > 0 && cfg.clock != nil {
+			return nil, errors.New("limiter: Lease is set with Now on Redis; a lease is timed by this process's clock, which must be the one Redis decides by: leave Now unset (Redis's own clock)")
+		}
 		backend := newRedisBackend(cfg.Redis, lua, l.alg, prefix, &cfg)
 		guard = newGuardedStore(backend, honorsContext(backend.engine.Conn()), &cfg, l.alg, n)
 		if cfg.Redis != nil {
@@ -138,6 +141,14 @@ func newLimiter(cfg Config) (*Limiter, error) {
 	if guard != nil {
 		l.decider = guard
 		guard.ownedBy(l) // its probes end when l is gone
+		if cfg.Lease > 0 {
+			l.decider = newLeasedStore(guard, l.base, l.alg, cfg.Lease, cfg.MaxKeys)
+			if guard.deny != nil {
+				// A rejection stands for a lease at most: by then the
+				// shares out when it was made have come back.
+				guard.deny.most = cfg.Lease.Milliseconds()
+			}
+		}
 	}
 	if l.recordStore == nil {
 		clock := cfg.clock
@@ -218,7 +229,7 @@ func (l *Limiter) TakeIdempotent(ctx context.Context, key, id string, cost int) 
 		var err error
 		res := l.records.take(request, int64(cost), func() Result {
 			var res Result
-			res, err = l.Take(ctx, key, cost) // an error's zero Result is not kept
+			res, err = l.takeInStore(ctx, key, cost) // an error's zero Result is not kept
 			return res
 		})
 		if err != nil {
@@ -234,6 +245,28 @@ func (l *Limiter) TakeIdempotent(ctx context.Context, key, id string, cost int) 
 	return res, nil
 }
 
+// takeInStore is Take decided in the store, past any lease: the records
+// of TakeIdempotent keep the store's answers only.
+func (l *Limiter) takeInStore(ctx context.Context, key string, cost int) (Result, error) {
+	leased, ok := l.decider.(*leasedStore)
+	if !ok {
+		return l.Take(ctx, key, cost)
+	}
+	res, err := leased.guard.takeKey(ctx, key, l.base, int64(cost))
+	if err != nil {
+		return Result{}, err
+	}
+	l.finish(&res, &l.base)
+	return res, nil
+}
+
+// leasedBucket reports whether l is a token bucket with leases, which
+// takes no refund (errLeasedBucketRefund).
+func (l *Limiter) leasedBucket() bool {
+	_, ok := l.decider.(*leasedStore)
+	return ok && l.alg == TokenBucket
+}
+
 // RefundIdempotent is Refund for a take that TakeIdempotent made for request id: it
 // also makes the request's record answer no more repeats, so that a retry
 // of a request whose cost was given back is decided, and counted, afresh
@@ -244,6 +277,9 @@ func (l *Limiter) TakeIdempotent(ctx context.Context, key, id string, cost int) 
 // repeat (SourceRepeat) counted nothing: it is given nothing back, and the
 // record stays.
 func (l *Limiter) RefundIdempotent(ctx context.Context, key, id string, cost int, taken *Result) (Result, error) {
+	if l.leasedBucket() {
+		return *taken, errLeasedBucketRefund // and the record stays, as the count does
+	}
 	if id != "" && taken.Allowed() && taken.source == SourceBackend && cost > 0 {
 		request := requestIDOf(key, id)
 		var refundable bool
@@ -264,7 +300,8 @@ func (l *Limiter) RefundIdempotent(ctx context.Context, key, id string, cost int
 // returns the state that leaves (as a take of cost 0 would). A refund of
 // a take that was rejected, or answered by the deny cache or FailOpen,
 // changes nothing. A store that fails the refund loses the credit: the
-// error says so.
+// error says so. A TokenBucket with Lease takes no refund (an error; see
+// Config.Lease).
 func (l *Limiter) Refund(ctx context.Context, key string, cost int, taken *Result) (Result, error) {
 	if cost < 0 {
 		return Result{}, fmt.Errorf("limiter: cost is %d; it must be >= 0", cost)
@@ -279,6 +316,9 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int, taken *Resul
 	credit := *taken
 	credit.adjust = refundTaken // whatever Result it is given
 	res, err := l.decider.adjustKey(ctx, key, ls, int64(cost), credit)
+	if errors.Is(err, errLeasedBucketRefund) {
+		return *taken, err
+	}
 	if err != nil {
 		return *taken, fmt.Errorf("%w: %w", errRefundLost, err)
 	}
@@ -330,7 +370,9 @@ func (l *Limiter) Penalize(ctx context.Context, key string, cost int) (Result, e
 // Reward gives cost units (>= 0) back to key under every limit, from what
 // it has spent now, whichever request or window counted them: a solved
 // captcha, say. It never gives back more than is spent. The Result is as
-// Penalize's, and so are the configured limits and the errors.
+// Penalize's, and so are the configured limits and the errors. A limiter
+// with Lease takes no reward (an error): the store counts the units that
+// shares hold as spent.
 func (l *Limiter) Reward(ctx context.Context, key string, cost int) (Result, error) {
 	return l.adjust(ctx, key, cost, reward)
 }
@@ -342,6 +384,9 @@ func (l *Limiter) adjust(ctx context.Context, key string, cost int, adj adjustme
 		return Result{}, fmt.Errorf("limiter: %s: cost is %d; it must be >= 0", name, cost)
 	}
 	res, err := l.decider.adjustKey(ctx, key, l.base, int64(cost), Result{n: l.base.n, adjust: adj})
+	if errors.Is(err, errLeasedReward) {
+		return Result{}, err
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("limiter: %s: storage failed; it may not have been made: %w", name, err)
 	}

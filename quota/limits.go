@@ -96,6 +96,7 @@ type Result struct {
 	varied  bool       // by TakeWith, under first
 	adjust  adjustment // for adjustAll: a refund of this take, or the adjustment it stands for
 	granted int64      // what a take of limits.upTo took
+	lease   uint64     // SourceLease: the share it was admitted from
 	first   rule
 }
 

@@ -75,10 +75,14 @@ const (
 	// SourceRepeat: a repeat of a request (TakeIdempotent's id), answered with
 	// its first take's Result; nothing was counted.
 	SourceRepeat
+	// SourceLease: this replica's lease of the key's quota (Config.Lease):
+	// an admission from the share it took from the store, or a rejection
+	// while the store's last answer for the key stands.
+	SourceLease
 )
 
 // String returns "backend", "deny_cache", "fallback", "fail_open",
-// "fail_closed" or "repeat", suitable as a metric label.
+// "fail_closed", "repeat" or "lease", suitable as a metric label.
 func (s Source) String() string {
 	switch s {
 	case SourceBackend:
@@ -93,6 +97,8 @@ func (s Source) String() string {
 		return "fail_closed"
 	case SourceRepeat:
 		return "repeat"
+	case SourceLease:
+		return "lease"
 	}
 	return "Source(" + strconv.Itoa(int(s)) + ")"
 }

@@ -50,6 +50,7 @@ type Settings struct {
 	MaxKeys          int
 	BlockFor         time.Duration
 	MinInterval      time.Duration
+	Lease            time.Duration
 	FailurePolicy    quota.FailurePolicy
 	StorageTimeout   time.Duration
 	BreakerFailures  int
@@ -80,7 +81,7 @@ type Settings struct {
 // same name and type; CopyFrom copies them.
 var shared = []string{
 	"Max", "Expiration", "Burst", "IPv6Prefix", "Name", "KeyPrefix", "MaxKeys", "BlockFor", "MinInterval",
-	"FailurePolicy", "StorageTimeout", "BreakerFailures", "BreakerCooldown", "OnStorageError",
+	"Lease", "FailurePolicy", "StorageTimeout", "BreakerFailures", "BreakerCooldown", "OnStorageError",
 	"DenyCacheKeys", "DisableDenyCache", "IdempotencyTTL", "IdempotencyKeys",
 	"Headers", "DisableHeaders", "PolicyName", "HeaderPartitionKey",
 	"DryRun", "SkipFailedRequests", "SkipSuccessfulRequests",
@@ -166,6 +167,12 @@ func (s *Settings) Check() error {
 	if s.IdempotencyKey && (s.MaxFunc || s.ExpirationFunc) {
 		return errors.New("limiter: IdempotencyKey is set with MaxFunc or ExpirationFunc; a repeated request gets its first decision, made under the configured limits: use one or the other")
 	}
+	if s.Lease > 0 && (s.MaxFunc || s.ExpirationFunc) {
+		return errors.New("limiter: Lease is set with MaxFunc or ExpirationFunc; a share of a client's quota is taken under one limit: use fixed limits (Max, Expiration or Limits) with Lease")
+	}
+	if s.Lease > 0 && s.Algorithm == quota.TokenBucket && (s.SkipFailedRequests || s.SkipSuccessfulRequests) {
+		return errors.New("limiter: Lease is set with TokenBucket and SkipFailedRequests or SkipSuccessfulRequests; a token bucket with leases gives nothing back (docs/leases.md): use a window, or no Lease")
+	}
 	if s.Algorithm == quota.SlidingLog && len(s.Limits) == 0 && s.Max > quota.MaxLogLimit {
 		return fmt.Errorf("limiter: Max is %d; SlidingLog keeps one entry per unit of Max and takes at most %d (for larger limits, SlidingWindow estimates the same window in two counters)", s.Max, quota.MaxLogLimit)
 	}
@@ -202,6 +209,7 @@ func (s *Settings) Build() (*Path, error) {
 		MaxKeys:          s.MaxKeys,
 		BlockFor:         s.BlockFor,
 		MinInterval:      s.MinInterval,
+		Lease:            s.Lease,
 		FailurePolicy:    s.FailurePolicy,
 		StorageTimeout:   s.StorageTimeout,
 		BreakerFailures:  s.BreakerFailures,
