@@ -149,9 +149,8 @@ func (s *leasedStore) takeKey(ctx context.Context, key string, ls limits, cost i
 			sh.mu.Unlock() // the table is full of busy keys
 			return s.guard.takeKey(ctx, key, ls, cost)
 		}
-		// What the heat counted of the key (or of keys that share its
-		// counter) before it was tracked.
-		e.units, e.before = units-cost, before
+		// Its own count from here: the sketch's counters may hold other
+		// keys' units too, which must not size this key's share.
 	}
 	e.count(now, cost, s.lease)
 	for {

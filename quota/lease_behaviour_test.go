@@ -380,7 +380,7 @@ func TestLeaseTableBounded(t *testing.T) {
 	leasedKeys := 0
 	for k := range 3000 {
 		key := "k" + strconv.Itoa(k)
-		for range 4 {
+		for range 6 {
 			if res := requireAllowed(t, l, key); res.Source() == SourceLease {
 				leasedKeys++
 				break

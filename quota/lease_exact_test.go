@@ -343,7 +343,7 @@ func TestLeaseBucketShareSpentAfterAnEarlierReturn(t *testing.T) {
 	require.ErrorIs(t, err, errLeasedBucketRefund)
 	// B is hot and takes a share whose grant finds A's 80 in the debt, and
 	// tries to refund it too.
-	for range 3 {
+	for range 5 {
 		g.take(t, ls, b, "k", 1)
 	}
 	bigB, err := ls[b].Take(ctx, "k", 40)
