@@ -18,7 +18,7 @@ import (
 // decided in the store add up to no more than the limit admits: nothing
 // is admitted that the store did not count first. What keeps it exact is
 // when a share may be spent, since a unit counted at the grant is spent
-// later (share.fit):
+// later (share.length):
 //   - the windows: only while the window that counted it runs (a unit
 //     counted in one window and spent in the next would be counted in
 //     neither);
@@ -47,6 +47,7 @@ type leasedStore struct {
 	alg      Algorithm
 	lease    int64 // Config.Lease, ms
 	perShard int   // entries a shard tracks at most
+	capacity int64 // the largest cost every limit can admit
 	seed     maphash.Seed
 	nextID   atomic.Uint64
 	returns  leaseReturns
@@ -82,6 +83,10 @@ func newLeasedStore(guard *guardedStore, base limits, alg Algorithm, lease time.
 	}
 	for i := range s.shards {
 		s.shards[i].keys = make(map[string]*leaseEntry)
+	}
+	s.capacity = capacity(alg, base.r[0])
+	for _, r := range base.r[1:base.n] {
+		s.capacity = min(s.capacity, capacity(alg, r))
 	}
 	s.returns.store = s
 	return s
@@ -132,7 +137,7 @@ func (e *leaseEntry) cold() bool {
 // and otherwise asks the store: for a hot key, a new share; for another,
 // the take itself.
 func (s *leasedStore) takeKey(ctx context.Context, key string, ls limits, cost int64) (Result, error) {
-	if ls.upTo || cost <= 0 || cost > s.capacity() {
+	if ls.upTo || cost <= 0 || cost > s.capacity {
 		return s.guard.takeKey(ctx, key, ls, cost)
 	}
 	hash := maphash.String(s.seed, key)
@@ -185,7 +190,7 @@ func (s *leasedStore) takeKey(ctx context.Context, key string, ls limits, cost i
 		sh.mu.Unlock()
 		return s.guard.takeKey(ctx, key, ls, cost)
 	}
-	want := e.want(cost, s.capacity(), s.alg)
+	want := e.want(cost, s.capacity, s.alg)
 	if s.alg == TokenBucket && !e.deep(now, s) {
 		sh.mu.Unlock()
 		v, err := s.guard.takeKey(ctx, key, ls, cost)
@@ -362,17 +367,8 @@ var errLeasedReward = errors.New("limiter: a limiter with Lease takes no Reward:
 
 // errLeasedBucketRefund is the error of a refund on a token bucket with
 // leases. A share of a bucket may be spent while the debt below it lasts
-// (share.fit), and a credit lowers that debt: a refund, or a share's
+// (share.length), and a credit lowers that debt: a refund, or a share's
 // unused units given back, could let a share out elsewhere spend units
 // the bucket has already refilled. So a bucket's shares give nothing back
 // either: their unused units refill.
 var errLeasedBucketRefund = errors.New("limiter: a token bucket with Lease takes no refunds: a credit would lower the debt that other replicas' shares count on")
-
-// capacity is the largest cost every limit can admit.
-func (s *leasedStore) capacity() int64 {
-	c := capacity(s.alg, s.base.r[0])
-	for i := 1; i < s.base.n; i++ {
-		c = min(c, capacity(s.alg, s.base.r[i]))
-	}
-	return c
-}

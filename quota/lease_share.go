@@ -131,7 +131,7 @@ func (e *leaseEntry) detach(s *leasedStore) *leaseReturn {
 
 // granted keeps the store's answer v to a grant sent at at: taken units
 // counted (none when it rejected), which the share may spend until the
-// lease's end (fit).
+// lease's end (length).
 func (e *leaseEntry) granted(v *Result, taken, at int64, s *leasedStore) {
 	sh := e.share
 	if sh == nil {
