@@ -215,6 +215,29 @@ type Config struct {
 	// Optional. Default: 0 (a Redis call per request)
 	Lease time.Duration
 
+	// MaxDelay, when above 0, makes a request over the limit whose turn
+	// comes within MaxDelay wait for it instead of getting 429: its turn
+	// is counted at once (on Redis in the same script call, so replicas
+	// together never admit more than the limit), the request waits, then
+	// runs, with headers that show the state at its turn. One whose turn
+	// lies further gets 429 at once. A waiter whose UserContext ends gives
+	// its turn back (fasthttp does not end it when a client leaves). At
+	// most MaxWaiting wait at once. At most a minute, or the shortest
+	// limit's Expiration if longer; under DryRun nothing waits. Not with
+	// MaxFunc, IdempotencyKey, Lease, BlockFor or MinInterval (New
+	// panics). With Concurrency{}, the longest a request waits for a slot.
+	// See quota.Limiter.Reserve and docs/waiting.md.
+	//
+	// Optional. Default: 0 (429 at once)
+	MaxDelay time.Duration
+
+	// MaxWaiting bounds the requests that wait for their turn at once in
+	// this process (MaxDelay); past it, a request is decided as if
+	// MaxDelay were 0.
+	//
+	// Optional. Default: 1024
+	MaxWaiting int
+
 	// BlockFor, when above 0, holds a client off for this long after a
 	// rejection, whatever its counts: its requests get 429 with Retry-After
 	// the time until the request would be admitted (the rest of the block,

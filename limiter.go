@@ -32,13 +32,15 @@ package limiter
 import (
 	"fmt"
 
+	"github.com/fiberlimit/limiter/internal/adapter"
 	"github.com/fiberlimit/limiter/internal/fiberpath"
 	"github.com/fiberlimit/limiter/quota"
 	"github.com/gofiber/fiber/v2"
 )
 
 // LimiterHandler chooses the algorithm: FixedWindow, SlidingWindow,
-// TokenBucket or SlidingLog. New receives the config with defaults filled in and returns
+// TokenBucket or SlidingLog, or Concurrency, a cap on the requests in
+// flight. New receives the config with defaults filled in and returns
 // the middleware. It is Fiber's interface, so a user's own implementation
 // still plugs in.
 type LimiterHandler interface {
@@ -59,9 +61,15 @@ func New(config ...Config) fiber.Handler {
 // newHandler builds the middleware for alg. cfg may come straight from a
 // user calling FixedWindow{}.New(cfg), so the defaults are applied again.
 func newHandler(cfg Config, alg quota.Algorithm) fiber.Handler {
+	return buildHandler(cfg, adapter.Settings{Algorithm: alg})
+}
+
+// buildHandler builds the middleware of s (an algorithm, or Concurrency)
+// for cfg, whose defaults it applies again.
+func buildHandler(cfg Config, s adapter.Settings) fiber.Handler {
 	cfg = configDefault(cfg)
 	h := &fiberpath.Handler[*fiber.Ctx]{
-		Path:           newPath(&cfg, alg),
+		Path:           newPath(&cfg, s),
 		Framework:      framework(),
 		Skip:           cfg.Next,
 		IdempotencyKey: cfg.IdempotencyKey,

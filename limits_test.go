@@ -296,7 +296,5 @@ func TestNamesOfLimitsInSteps(t *testing.T) {
 	resp := get(t, app, "/", "")
 	require.Equal(t, 200, resp.StatusCode)
 	assert.Equal(t, `"default-1s";q=10;w=1, "default-720h";q=1000000000;w=2592000`, resp.Header.Get("RateLimit-Policy"))
-	keys, err := client.Keys(context.Background(), "*").Result()
-	require.NoError(t, err)
-	assert.Equal(t, []string{"limiter::fw:1s+720h@1152ms:0.0.0.0"}, keys)
+	assert.Equal(t, []string{"limiter::fw:1s+720h@1152ms:0.0.0.0"}, storedKeys(t, client, "*"))
 }

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"github.com/fiberlimit/limiter/internal/adapter"
-	"github.com/fiberlimit/limiter/quota"
 )
 
 // The middleware decides with a quota.Limiter, the engine, which this file
@@ -17,15 +16,14 @@ import (
 //     process, as Fiber's own limiter does.
 
 // newPath returns the request path of a limiter with cfg (defaults
-// applied) and algorithm alg. It panics, naming the field, when cfg is
-// invalid.
-func newPath(cfg *Config, alg quota.Algorithm) *adapter.Path {
-	p := adapter.MustBuild(cfg, adapter.Settings{
-		Algorithm:      alg,
-		MaxFunc:        cfg.MaxFunc != nil,
-		IdempotencyKey: cfg.IdempotencyKey != nil,
-		Clock:          cfg.clock,
-	})
+// applied) and s, its algorithm or Concurrency. It panics, naming the
+// field, when cfg is invalid.
+func newPath(cfg *Config, s adapter.Settings) *adapter.Path {
+	s.MaxFunc = cfg.MaxFunc != nil
+	s.IdempotencyKey = cfg.IdempotencyKey != nil
+	s.Cost = cfg.Cost != nil
+	s.Clock = cfg.clock
+	p := adapter.MustBuild(cfg, s)
 	p.FailError, p.ShowKeys = cfg.FailurePolicy == FailError, cfg.DisableValueRedaction
 	return p
 }

@@ -3,12 +3,17 @@ package limiter
 // Replicas sharing one Storage (Redis, in most tests): building them, hammering a key across them.
 
 import (
+	"context"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 )
 
@@ -112,4 +117,14 @@ func hammerCounted(t *testing.T, replicas []fasthttp.RequestHandler, key string,
 	}
 	wg.Wait()
 	return int(ok.Load()), int(policy.Load())
+}
+
+// storedKeys returns the keys of client that match pattern, less the
+// breaker's probe key: New's probe writes it for a ms, and a fast machine
+// lists it before Redis drops it.
+func storedKeys(t *testing.T, client goredis.UniversalClient, pattern string) []string {
+	t.Helper()
+	keys, err := client.Keys(context.Background(), pattern).Result()
+	require.NoError(t, err)
+	return slices.DeleteFunc(keys, func(k string) bool { return strings.HasSuffix(k, "{probe}") })
 }

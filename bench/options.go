@@ -32,8 +32,8 @@ type options struct {
 	redisKeys int
 	// callers are the numbers of concurrent callers of the Redis figures.
 	callers []int
-	// figures, when not empty, are the only figures run (1, 2, 3, 5, 6, 7;
-	// 3 gives figure 4 too).
+	// figures, when not empty, are the only figures run (1, 2, 3, 5, 6, 7,
+	// 8; 3 gives figure 4 too).
 	figures map[int]bool
 
 	// replicas, replicaCallers, replicaRequests and replicaLimit shape the
@@ -48,6 +48,16 @@ type options struct {
 	// estimateWindows is how many windows each cell of figure 7 plays.
 	estimateWindows int
 
+	// waitRate, waitWindow, waitTime and waitRounds shape figure 8a: a
+	// limit of waitRate per waitWindow, which is also MaxDelay and the
+	// warm-up, offered 3x for waitTime after the warm-up, in waitRounds
+	// rounds (one by default: each cell is seconds of counts, not a
+	// speed, and the machine's noise moves it little).
+	waitRate   int
+	waitWindow time.Duration
+	waitTime   time.Duration
+	waitRounds int
+
 	// storageTimeout, when not zero, replaces the limiter's default
 	// StorageTimeout in the Redis handler variants (for slow test builds).
 	storageTimeout time.Duration
@@ -60,7 +70,7 @@ type options struct {
 // runs reports whether figure n is part of the run.
 func (o options) runs(n int) bool { return len(o.figures) == 0 || o.figures[n] }
 
-// defaultOptions is the full run: about three to four minutes on two cores.
+// defaultOptions is the full run: about five to six minutes on two cores.
 func defaultOptions() options {
 	return options{
 		rounds:          5,
@@ -78,10 +88,14 @@ func defaultOptions() options {
 		replicaLimit:    1000,
 		ceilingRequests: 200_000,
 		estimateWindows: 20_000,
+		waitRate:        200,
+		waitWindow:      time.Second,
+		waitTime:        10 * time.Second,
+		waitRounds:      1,
 	}
 }
 
-// quickOptions is a smoke run of every figure, in well under 30 seconds;
+// quickOptions is a smoke run of every figure, in about a minute;
 // its numbers are too short-lived to quote.
 func quickOptions() options {
 	o := defaultOptions()
@@ -92,5 +106,8 @@ func quickOptions() options {
 	o.redisKeys = 10_000
 	o.ceilingRequests = 20_000
 	o.estimateWindows = 500
+	o.waitRate = 100
+	o.waitWindow = 250 * time.Millisecond
+	o.waitTime = time.Second
 	return o
 }

@@ -22,6 +22,8 @@ type report struct {
 	replicas   *replicasResult
 	ceiling    *ceilingResult
 	estimate   *estimateResult
+	waiting    *waitingResult
+	slots      *slotsResult
 }
 
 // progressf writes one progress line, when o has somewhere to write it.
@@ -99,6 +101,14 @@ func runAll(o options) (*report, error) {
 			return nil, fmt.Errorf("figure 7: %w", err)
 		}
 	}
+	if o.runs(8) {
+		if r.waiting, err = runWaiting(o, srv); err != nil {
+			return nil, fmt.Errorf("figure 8a: %w", err)
+		}
+		if r.slots, err = runSlots(o, srv); err != nil {
+			return nil, fmt.Errorf("figures 8b-8c: %w", err)
+		}
+	}
 	r.elapsed = time.Since(start)
 	return r, nil
 }
@@ -135,6 +145,9 @@ func (r *report) write(w io.Writer) error {
 	}
 	if r.estimate != nil {
 		figures = append(figures, r.estimate.tables())
+	}
+	if r.waiting != nil {
+		figures = append(figures, r.waiting.tables(), r.slots.tables())
 	}
 	for _, ts := range figures {
 		for _, t := range ts {

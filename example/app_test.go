@@ -3,7 +3,9 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fiberlimit/limiter/internal/redistest"
@@ -93,6 +95,8 @@ func TestDemoKeyOnRedis(t *testing.T) {
 		require.Equal(t, http.StatusOK, get(t, app, "/demo").StatusCode, alg)
 		keys, err := client.Keys(t.Context(), "*").Result()
 		require.NoError(t, err)
+		// Less the breaker's probe key, which New's probe writes for a ms.
+		keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasSuffix(k, "{probe}") })
 		assert.Equal(t, []string{demo.redisKey()}, keys, alg)
 		require.NoError(t, client.Del(t.Context(), demo.redisKey()).Err())
 	}

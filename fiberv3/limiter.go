@@ -32,7 +32,7 @@ import (
 )
 
 // Handler chooses the algorithm: FixedWindow, SlidingWindow, TokenBucket
-// or SlidingLog. It is Fiber v3's interface, so a user's own implementation
+// or SlidingLog, or Concurrency, a cap on the requests in flight. It is Fiber v3's interface, so a user's own implementation
 // still plugs in.
 type Handler interface {
 	New(config *Config) fiber.Handler
@@ -52,6 +52,12 @@ func New(config ...Config) fiber.Handler {
 // newHandler builds the middleware for alg. config may come straight from
 // a user calling FixedWindow{}.New, so the defaults are applied again.
 func newHandler(config *Config, alg quota.Algorithm) fiber.Handler {
+	return buildHandler(config, adapter.Settings{Algorithm: alg})
+}
+
+// buildHandler builds the middleware of s (an algorithm, or Concurrency)
+// for config, whose defaults it applies again.
+func buildHandler(config *Config, s adapter.Settings) fiber.Handler {
 	var cfg Config
 	if config == nil {
 		cfg = configDefault()
@@ -66,13 +72,12 @@ func newHandler(config *Config, alg quota.Algorithm) fiber.Handler {
 	if standsForExpiration(cfg.ExpirationFunc) {
 		cfg.ExpirationFunc = nil
 	}
-	path := adapter.MustBuild(&cfg, adapter.Settings{
-		Algorithm:      alg,
-		MaxFunc:        cfg.MaxFunc != nil,
-		ExpirationFunc: cfg.ExpirationFunc != nil,
-		IdempotencyKey: cfg.IdempotencyKey != nil,
-		Clock:          cfg.clock,
-	})
+	s.MaxFunc = cfg.MaxFunc != nil
+	s.ExpirationFunc = cfg.ExpirationFunc != nil
+	s.IdempotencyKey = cfg.IdempotencyKey != nil
+	s.Cost = cfg.Cost != nil
+	s.Clock = cfg.clock
+	path := adapter.MustBuild(&cfg, s)
 	path.FailError, path.ShowKeys = cfg.FailurePolicy == FailError, cfg.DisableValueRedaction
 	h := &fiberpath.Handler[fiber.Ctx]{
 		Path:           path,

@@ -178,6 +178,22 @@ type Config struct {
 	// Optional. Default: 0 (a Redis call per request)
 	Lease time.Duration
 
+	// MaxDelay, when above 0, makes a request whose turn comes within
+	// MaxDelay wait for it instead of getting 429, its turn counted at once
+	// (exact across replicas); a waiter whose client goes away gives its
+	// turn back. At most a minute, or the shortest limit's Expiration if
+	// longer; not with MaxFunc, IdempotencyKey, Lease, BlockFor or
+	// MinInterval (New panics). See quota.Limiter.Reserve.
+	//
+	// Optional. Default: 0 (429 at once)
+	MaxDelay time.Duration
+
+	// MaxWaiting bounds the requests that wait for their turn at once in
+	// this process; past it, MaxDelay is 0 for a request.
+	//
+	// Optional. Default: 1024
+	MaxWaiting int
+
 	// BlockFor, when above 0, rejects a client's requests for this long
 	// after one is rejected; see quota.Config.BlockFor.
 	//

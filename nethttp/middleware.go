@@ -27,6 +27,27 @@ import (
 // New returns the middleware for cfg. It panics if cfg is invalid, naming
 // the field.
 func New(cfg Config) func(http.Handler) http.Handler {
+	return build(cfg, false)
+}
+
+// NewConcurrency returns the middleware that caps a key's requests in
+// flight rather than a rate: at most Max of them run at once (across
+// replicas with Redis), each holding a slot from before the handler to
+// when it ends, however it ends (a panic goes on). Expiration is the
+// longest a slot stays taken when its process dies before giving it back:
+// set it above the longest request. With MaxDelay a request waits up to
+// that long for a slot instead of 429; a client that goes away stops
+// waiting. Headers: Limit is Max, Remaining the free slots, Reset 0, and
+// a 429's Retry-After 1 second. Algorithm is not read; Skip*Requests,
+// MaxFunc, Cost, IdempotencyKey, Limits, Burst, Lease, BlockFor and
+// MinInterval make it panic.
+func NewConcurrency(cfg Config) func(http.Handler) http.Handler {
+	return build(cfg, true)
+}
+
+// build returns the middleware for cfg: a rate limiter, or with slots a
+// concurrency limiter.
+func build(cfg Config, slots bool) func(http.Handler) http.Handler {
 	if cfg.Algorithm == 0 {
 		cfg.Algorithm = FixedWindow
 	}
@@ -41,8 +62,10 @@ func New(cfg Config) func(http.Handler) http.Handler {
 	}
 	s := adapter.Settings{
 		Algorithm:      cfg.Algorithm,
+		Concurrency:    slots,
 		MaxFunc:        cfg.MaxFunc != nil,
 		IdempotencyKey: cfg.IdempotencyKey != nil,
+		Cost:           cfg.Cost != nil,
 		Clock:          cfg.clock,
 	}
 	if cfg.Redis != nil {
@@ -110,7 +133,14 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		req.Idempotent, req.ID = true, l.cfg.IdempotencyKey(r)
 	}
 	var res quota.Result
-	if err := l.Take(r.Context(), &req, &res); err != nil {
+	err := l.Take(r.Context(), &req, &res)
+	if l.Concurrency != nil {
+		// A Concurrency limiter's slot goes back however the request
+		// ends: rejected, its hook or its handler panicking (the panic
+		// goes on), or served.
+		defer l.Release(r.Context(), &req)
+	}
+	if err != nil {
 		// The error (a store's, with FailError) is not the client's to
 		// read; a failed store call reaches OnStorageError or the log.
 		http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)

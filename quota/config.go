@@ -248,6 +248,14 @@ type Config struct {
 	// Optional. Default: 8192
 	IdempotencyKeys int
 
+	// MaxWaiting bounds the takes of this Limiter that wait for their
+	// turn at once in this process (Reserve and Wait with a delay above
+	// 0): a take beyond it is decided as one that may not wait, admitted
+	// now or rejected. Each waiter is its caller's goroutine, asleep.
+	//
+	// Optional. Default: 1024 (DefaultMaxWaiting)
+	MaxWaiting int
+
 	// Now is the clock. By default, in memory, a monotonic clock (a
 	// request's own start time when the context is a fasthttp request);
 	// on Redis, the server's TIME, so that processes with skewed clocks
@@ -314,7 +322,7 @@ func (cfg *Config) fill() error {
 	for _, f := range [...]struct {
 		name string
 		v    int
-	}{{"MaxKeys", cfg.MaxKeys}, {"BreakerFailures", cfg.BreakerFailures}, {"DenyCacheKeys", cfg.DenyCacheKeys}} {
+	}{{"MaxKeys", cfg.MaxKeys}, {"BreakerFailures", cfg.BreakerFailures}, {"DenyCacheKeys", cfg.DenyCacheKeys}, {"MaxWaiting", cfg.MaxWaiting}} {
 		if f.v < 0 {
 			return fmt.Errorf("limiter: %s is %d; it must be >= 0 (0 means the default)", f.name, f.v)
 		}
@@ -365,6 +373,9 @@ func (cfg *Config) fill() error {
 	}
 	if cfg.IdempotencyKeys == 0 {
 		cfg.IdempotencyKeys = DefaultIdempotencyKeys
+	}
+	if cfg.MaxWaiting == 0 {
+		cfg.MaxWaiting = DefaultMaxWaiting
 	}
 	if now := cfg.Now; now != nil && cfg.clock == nil {
 		cfg.clock = func() int64 { return now().UnixMilli() }

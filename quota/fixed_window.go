@@ -49,11 +49,10 @@ func (w fixedWindow) adjust(adj adjustment, s state, now int64, r rule, cost int
 
 // roll brings the window to now (steps): one that has ended, or counts
 // nothing, gives way to a new one from now. Time never goes back for a
-// key: the now it returns is not before the start of a window that counts.
+// key: the now it returns is not before the window's start, even one
+// that counts nothing (a turn given back, see clockOf).
 func (fixedWindow) roll(start, count, now int64, r rule) (int64, int64, int64) {
-	if count > 0 {
-		now = max(now, start)
-	}
+	now = max(now, start)
 	if count == 0 || now >= start+r.window {
 		start, count = now, 0
 	}
@@ -87,7 +86,7 @@ func (w fixedWindow) take(s *state, now int64, r rule, cost int64) Decision {
 func (w fixedWindow) expiry(s state, r rule) int64 {
 	start, count := w.read(s)
 	if count == 0 {
-		return 0
+		return start // a window ahead holds the key's clock until it starts
 	}
 	return start + r.window
 }

@@ -192,12 +192,15 @@ func (g *guardedStore) takeKey(ctx context.Context, key string, ls limits, cost 
 		denyCost = 1
 	}
 	var gen uint64
-	if g.deny != nil {
+	keep := g.deny != nil
+	if keep {
+		// A take that may wait for its turn (Reserve) passes a rejection
+		// whose wait its delay covers: the store gives it a turn.
 		v, ok, g0 := g.deny.check(key, now, &ls, denyCost)
-		if ok {
+		if ok && v.RetryAfter() > millis(ls.delay) {
 			return v, nil
 		}
-		gen = g0
+		gen, keep = g0, !ok
 	}
 	if !g.admitCall(now) {
 		return g.unavailable(ctx, key, &ls, cost), nil
@@ -208,7 +211,7 @@ func (g *guardedStore) takeKey(ctx context.Context, key string, ls limits, cost 
 	if err != nil {
 		return g.failedTake(ctx, key, &ls, cost, err)
 	}
-	if g.deny != nil && !v.Allowed() {
+	if keep && !v.Allowed() {
 		g.deny.add(key, now, &ls, denyCost, &v, gen)
 	}
 	return v, nil

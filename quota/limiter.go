@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/fiberlimit/limiter/internal/redisengine"
@@ -34,6 +35,13 @@ type Limiter struct {
 	recordStore *guardedStore
 	backend     string                   // DecisionEvent.Backend
 	windows     [maxLimits]time.Duration // each limit's Decision.Window under base
+
+	// waiting counts the Reservations that hold a waiting place, up to
+	// maxWaiting (Config.MaxWaiting); longestDelay bounds Reserve's
+	// maxDelay (longestDelayOf).
+	waiting      atomic.Int64
+	maxWaiting   int64
+	longestDelay time.Duration
 }
 
 // decider is where a Limiter's takes and adjustments are made: the
@@ -75,7 +83,9 @@ func newLimiter(cfg Config) (*Limiter, error) {
 		varyMax:        cfg.VaryMax,
 		varyExpiration: cfg.VaryExpiration,
 		baseWindow:     timestep.Millis(cfg.Limits[0].Expiration),
+		maxWaiting:     int64(cfg.MaxWaiting),
 	}
+	l.longestDelay = longestDelayOf(&l.base)
 	n := l.base.n
 	for i := range n {
 		l.windows[i] = policyWindow(l.alg, l.base.r[i])

@@ -31,6 +31,11 @@ type limits struct {
 	n    int
 	r    [maxLimits]rule
 	upTo bool // a take of as much of its cost as fits (TakeUpTo)
+	// turn marks a take with a turn (Reserve), which waits at most delay
+	// ms for it (see decideTurnInto); 0 for one admitted only when its
+	// turn is now.
+	turn  bool
+	delay int64
 	// block is Config.BlockFor and gap Config.MinInterval, in ms, 0 for
 	// none; with either, a key keeps one more state after its limits' (see
 	// decideKeyInto).
@@ -97,6 +102,7 @@ type Result struct {
 	adjust  adjustment // for adjustAll: a refund of this take, or the adjustment it stands for
 	granted int64      // what a take of limits.upTo took
 	lease   uint64     // SourceLease: the share it was admitted from
+	wait    int64      // ms from the decision to the take's turn (Reserve)
 	first   rule
 }
 

@@ -197,6 +197,8 @@ func (m *manager) takeInto(ctx context.Context, key string, ls *limits, cost int
 	case ls.upTo:
 		m.alg.decideUpToInto(v, &sts, lg, now, ls, cost)
 		cost = v.granted
+	case ls.turn:
+		m.alg.decideTurnInto(v, &sts, lg, now, ls, cost)
 	default:
 		m.alg.decideInto(v, &sts, lg, now, ls, cost)
 	}

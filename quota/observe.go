@@ -34,7 +34,8 @@ type DecisionEvent struct {
 	// Never.
 	RetryAfter time.Duration
 	// Algorithm is "fixed_window", "sliding_window", "token_bucket" or
-	// "sliding_log".
+	// "sliding_log"; "concurrency" for a Concurrency's slots, whose Limit
+	// is Max and Remaining the key's free slots.
 	Algorithm string
 	// Backend is "memory" (the in-memory manager), "redis" (the atomic
 	// Lua store) or "storage" (another Storage).

@@ -238,6 +238,15 @@ func (b *redisBackend) take(ctx context.Context, key string, ls *limits, cost in
 		v.granted = granted
 		return v, nil
 	}
+	if ls.turn {
+		_, wait, err := b.engine.TakeTurnAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, time.Duration(ls.delay)*time.Millisecond, results[:ls.n])
+		if err != nil {
+			return Result{}, err
+		}
+		v := resultOf(&results, ls.n)
+		v.wait = wait.Milliseconds()
+		return v, nil
+	}
 	if _, err := b.engine.TakeAll(ctx, b.prefix+key, b.rules(ls, &rules), cost, results[:ls.n]); err != nil {
 		return Result{}, err
 	}

@@ -3,6 +3,8 @@ package quota
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,6 +117,8 @@ func TestStorageOnGoRedisKeptApartFromGetAndSet(t *testing.T) {
 	assert.Equal(t, map[string]int{"last release": 3, "this release": 3}, admitted)
 	keys, err := srv.Client(t).Keys(ctx, "*").Result()
 	require.NoError(t, err)
+	// The breaker's probe key (a write that lasts a ms) may still be there.
+	keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasSuffix(k, "{probe}") })
 	assert.Len(t, keys, 2, "one key per release: %v", keys)
 }
 

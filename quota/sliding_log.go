@@ -80,6 +80,7 @@ func (g slidingLog) live(s state, ring []int64, now int64, r rule) (at, head, n 
 // when the log is full), a reward takes out the newest, and a refund
 // takes out up to cost entries of the time the take was counted at.
 func (g slidingLog) adjust(adj adjustment, s state, ring []int64, now int64, r rule, cost int64, d Decision) state {
+	at := now
 	now, head, n := g.live(s, ring, now, r)
 	newest, _, _ := g.read(s)
 	switch adj {
@@ -96,7 +97,11 @@ func (g slidingLog) adjust(adj adjustment, s state, ring []int64, now int64, r r
 			newest = now
 		}
 	case reward:
-		n -= min(cost, n)
+		k := min(cost, n)
+		if newest > at && k > 0 && (k == n || logAt(ring, head, n-1-k) < newest) {
+			k = 0 // its newest entries lie ahead: see the refund's below
+		}
+		n -= k
 	default:
 		// The entries of the take's time end where the first later one
 		// begins; up to cost of them go, and the later ones move back.
@@ -107,6 +112,12 @@ func (g slidingLog) adjust(adj adjustment, s state, ring []int64, now int64, r r
 		k := int64(0)
 		for k < min(cost, end) && logAt(ring, head, end-1-k) == d.countedIn {
 			k++
+		}
+		if end == n && d.countedIn > at && (k == end || logAt(ring, head, end-1-k) < d.countedIn) {
+			// A turn ahead (Reserve) whose entries are the newest: taking
+			// them out would move the key's clock back, before the entries
+			// the log let go when they were made. It is not given back.
+			k = 0
 		}
 		for j := end; j < n; j++ {
 			ring[(head+j-k)%int64(len(ring))] = logAt(ring, head, j)

@@ -460,6 +460,9 @@ func TestSlidingLogAdjustmentsWithTheClockBehind(t *testing.T) {
 		}
 		assert.Equal(t, got[0], got[1], "adjustment %d: memory and Redis", adj)
 		assert.Equal(t, got[0], got[2], "adjustment %d: memory and Storage", adj)
-		assert.Equal(t, 2, got[0].each[0].Remaining, "adjustment %d", adj)
+		// The newest entry lies ahead of the clock: taking it out would
+		// move the key's clock back, before entries the log may have let
+		// go (a turn's, see turn.go); it stays.
+		assert.Equal(t, 1, got[0].each[0].Remaining, "adjustment %d", adj)
 	}
 }

@@ -148,5 +148,5 @@ func (w slidingWindow) expiry(s state, r rule) int64 {
 	case prev > 0:
 		return start + r.window
 	}
-	return 0
+	return start // a window ahead holds the key's clock until it starts
 }

@@ -75,6 +75,8 @@ func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost 
 			blocked = b.alg.decideKeyInto(&v, sts, lg, now, ls, cost)
 		case ls.upTo:
 			b.alg.decideUpToInto(&v, sts, lg, now, ls, cost)
+		case ls.turn:
+			b.alg.decideTurnInto(&v, sts, lg, now, ls, cost)
 		default:
 			b.alg.decideInto(&v, sts, lg, now, ls, cost)
 		}

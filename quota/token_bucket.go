@@ -77,7 +77,50 @@ func (b tokenBucket) adjust(adj adjustment, s state, now int64, r rule, cost int
 			credit = ahead * r.max
 		}
 	}
+	if last > now {
+		credit = min(credit, b.untaken(last, debt, r, cost, d.countedIn))
+		return b.state(b.back(last, max(0, debt-credit), now, r))
+	}
 	return b.state(last, max(0, debt-credit))
+}
+
+// untaken is what a refund of cost, taken up to countedIn, may give
+// back to a bucket updated at last, ahead of now: a turn given back
+// (Reserve). Turns taken after it count on its tokens: the debt beyond
+// countedIn is theirs, and the refund gives back only what of its cost
+// they left. (A credit of the whole cost would let the next take in at
+// the last turn's time, beside it.) The Lua twin reads it alike.
+func (tokenBucket) untaken(last, debt int64, r rule, cost, countedIn int64) int64 {
+	whole := min(cost, r.burst) * r.window
+	later := debt // the units that refill after countedIn
+	if gap := countedIn - last; gap >= 0 {
+		if gap >= ceilDiv(debt, r.max) {
+			return whole
+		}
+		later -= gap * r.max
+	} else if -gap >= ceilDiv(whole, r.max) {
+		return 0 // what followed it is more than its cost
+	} else {
+		later -= gap * r.max
+	}
+	return max(0, whole-later)
+}
+
+// back moves a bucket updated at last, ahead of now, with debt, as far
+// back toward now as its debt stays within the capacity: the same bucket
+// from then on (last*limit + debt is kept), whose clock is no later than
+// the turns still counted need. A turn given back (Reserve) then takes
+// the key's clock back with it, as x/time/rate's Cancel moves its last
+// event back: the next take may have the turn. The debt it reads at a
+// time before the turns still ahead counts their units already, so a take
+// decided there waits for room beside them (never runs beside them).
+func (tokenBucket) back(last, debt, now int64, r rule) (int64, int64) {
+	room := r.burst*r.window - debt
+	if room <= 0 {
+		return last, debt
+	}
+	steps := min(last-now, room/r.max)
+	return last - steps, debt + steps*r.max
 }
 
 func (b tokenBucket) take(s *state, now int64, r rule, cost int64) Decision {
@@ -107,7 +150,7 @@ func (b tokenBucket) take(s *state, now int64, r rule, cost int64) Decision {
 func (b tokenBucket) expiry(s state, r rule) int64 {
 	last, debt := b.read(s)
 	if debt == 0 {
-		return 0
+		return last // an update ahead holds the key's clock until then
 	}
 	return last + ceilDiv(debt, r.max)
 }

@@ -31,7 +31,11 @@ type Limit struct {
 // Settings are the fields every adapter's Config has, by the same names,
 // with the adapter's defaults for Max and Expiration applied.
 type Settings struct {
-	Algorithm      quota.Algorithm
+	Algorithm quota.Algorithm
+	// Concurrency: the limiter caps a key's requests in flight (Max of
+	// them, each slot held at most Expiration) instead of a rate;
+	// Algorithm is not read.
+	Concurrency    bool
 	Max            int
 	Expiration     time.Duration
 	Burst          int
@@ -39,6 +43,7 @@ type Settings struct {
 	MaxFunc        bool // the adapter's MaxFunc is set
 	ExpirationFunc bool // the adapter's ExpirationFunc is set (Fiber v3)
 	IdempotencyKey bool // the adapter's IdempotencyKey is set
+	Cost           bool // the adapter's Cost is set
 	IPv6Prefix     int
 
 	// Storage is the adapter's Storage: nil, a go-redis client (for
@@ -51,6 +56,8 @@ type Settings struct {
 	BlockFor         time.Duration
 	MinInterval      time.Duration
 	Lease            time.Duration
+	MaxDelay         time.Duration
+	MaxWaiting       int
 	FailurePolicy    quota.FailurePolicy
 	StorageTimeout   time.Duration
 	BreakerFailures  int
@@ -81,7 +88,7 @@ type Settings struct {
 // same name and type; CopyFrom copies them.
 var shared = []string{
 	"Max", "Expiration", "Burst", "IPv6Prefix", "Name", "KeyPrefix", "MaxKeys", "BlockFor", "MinInterval",
-	"Lease", "FailurePolicy", "StorageTimeout", "BreakerFailures", "BreakerCooldown", "OnStorageError",
+	"Lease", "MaxDelay", "MaxWaiting", "FailurePolicy", "StorageTimeout", "BreakerFailures", "BreakerCooldown", "OnStorageError",
 	"DenyCacheKeys", "DisableDenyCache", "IdempotencyTTL", "IdempotencyKeys",
 	"Headers", "DisableHeaders", "PolicyName", "HeaderPartitionKey",
 	"DryRun", "SkipFailedRequests", "SkipSuccessfulRequests",
@@ -173,6 +180,9 @@ func (s *Settings) Check() error {
 	if s.Lease > 0 && s.Algorithm == quota.TokenBucket && (s.SkipFailedRequests || s.SkipSuccessfulRequests) {
 		return errors.New("limiter: Lease is set with TokenBucket and SkipFailedRequests or SkipSuccessfulRequests; a token bucket with leases gives nothing back (docs/leases.md): use a window, or no Lease")
 	}
+	if err := s.checkDelay(); err != nil {
+		return err
+	}
 	if s.Algorithm == quota.SlidingLog && len(s.Limits) == 0 && s.Max > quota.MaxLogLimit {
 		return fmt.Errorf("limiter: Max is %d; SlidingLog keeps one entry per unit of Max and takes at most %d (for larger limits, SlidingWindow estimates the same window in two counters)", s.Max, quota.MaxLogLimit)
 	}
@@ -193,9 +203,51 @@ func (s *Settings) Check() error {
 	return nil
 }
 
+// checkDelay checks MaxDelay and MaxWaiting against the rest (the
+// engine checks MaxDelay's bound, see Build).
+func (s *Settings) checkDelay() error {
+	if err := s.checkWaiting(); err != nil || s.MaxDelay == 0 {
+		return err
+	}
+	if with := s.firstSet("MaxFunc", "ExpirationFunc", "IdempotencyKey", "Lease", "BlockFor", "MinInterval"); with != "" {
+		return fmt.Errorf("limiter: MaxDelay is set with %s; a turn is counted under fixed limits, decided in the store, with no block or gap: use one or the other", with)
+	}
+	return nil
+}
+
+// checkWaiting checks MaxDelay and MaxWaiting on their own.
+func (s *Settings) checkWaiting() error {
+	if s.MaxDelay < 0 {
+		return fmt.Errorf("limiter: MaxDelay is %v; it must be 0 (none) or above", s.MaxDelay)
+	}
+	if s.MaxWaiting < 0 {
+		return fmt.Errorf("limiter: MaxWaiting is %d; it must be >= 0 (0 means the default, %d)", s.MaxWaiting, quota.DefaultMaxWaiting)
+	}
+	return nil
+}
+
+// firstSet returns the first of names, fields of s that a limiter may
+// leave unset, that is set; "" when none is.
+func (s *Settings) firstSet(names ...string) string {
+	set := map[string]bool{
+		"SkipFailedRequests": s.SkipFailedRequests, "SkipSuccessfulRequests": s.SkipSuccessfulRequests,
+		"MaxFunc": s.MaxFunc, "ExpirationFunc": s.ExpirationFunc, "IdempotencyKey": s.IdempotencyKey, "Cost": s.Cost,
+		"Limits": len(s.Limits) > 0, "Burst": s.Burst != 0, "Lease": s.Lease > 0, "BlockFor": s.BlockFor > 0, "MinInterval": s.MinInterval > 0,
+	}
+	for _, name := range names {
+		if set[name] {
+			return name
+		}
+	}
+	return ""
+}
+
 // Build checks the settings and returns the request path they describe:
 // the engine and the header writer.
 func (s *Settings) Build() (*Path, error) {
+	if s.Concurrency {
+		return s.buildSlots()
+	}
 	if err := s.Check(); err != nil {
 		return nil, err
 	}
@@ -219,6 +271,7 @@ func (s *Settings) Build() (*Path, error) {
 		DisableDenyCache: s.DisableDenyCache,
 		IdempotencyTTL:   s.IdempotencyTTL,
 		IdempotencyKeys:  s.IdempotencyKeys,
+		MaxWaiting:       s.MaxWaiting,
 
 		DisableRedisCheck: s.skipRedisCheck,
 	}
@@ -247,6 +300,11 @@ func (s *Settings) Build() (*Path, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.MaxDelay > 0 {
+		if err := engine.CheckReserve(s.MaxDelay); err != nil {
+			return nil, fmt.Errorf("limiter: MaxDelay: %w", err)
+		}
+	}
 	var hl []headers.Limit
 	quotas := []int{s.Max, s.Burst}
 	for _, l := range s.Limits {
@@ -271,6 +329,7 @@ func (s *Settings) Build() (*Path, error) {
 		DryRun:     s.DryRun,
 		SkipFailed: s.SkipFailedRequests,
 		SkipOK:     s.SkipSuccessfulRequests,
+		MaxDelay:   s.MaxDelay,
 	}, nil
 }
 

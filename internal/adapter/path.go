@@ -18,8 +18,11 @@ import (
 // OnDecision. Settings.Build makes it; an adapter drives it from its own
 // request type (see package fiberpath for both Fiber versions).
 type Path struct {
-	Engine  *quota.Limiter
-	Headers *headers.Writer
+	Engine *quota.Limiter
+	// Concurrency, for a Concurrency limiter, replaces Engine: a request
+	// holds one of its key's slots while its handler runs (Take, Release).
+	Concurrency *quota.Concurrency
+	Headers     *headers.Writer
 	// Memory: the engine keeps state in this process. A take then runs
 	// under the request's own context where the framework has one that
 	// carries the request's start time (fasthttp's), sparing a clock read.
@@ -33,6 +36,8 @@ type Path struct {
 	// ShowKeys: errors name the key as it is (DisableValueRedaction);
 	// otherwise as "[redacted]".
 	ShowKeys bool
+	// MaxDelay: a request may wait this long for its turn (Reserve).
+	MaxDelay time.Duration
 
 	emptyKey sync.Once
 }
@@ -93,6 +98,9 @@ type Request struct {
 	ID         string
 	// Start is when the decision began; set only for OnDecision.
 	Start time.Time
+	// Slot is the slot a Concurrency limiter's request holds (Path.Concurrency),
+	// which Release gives back.
+	Slot quota.Slot
 }
 
 // Adjusts reports whether an admitted request may be refunded after its
@@ -100,17 +108,38 @@ type Request struct {
 // must then outlive request buffers that the handler may reuse.
 func (p *Path) Adjusts() bool { return p.SkipFailed || p.SkipOK }
 
-// Take decides r into res.
+// Take decides r into res. A Concurrency limiter's request that is
+// admitted holds a slot (r.Slot) until Release.
 func (p *Path) Take(ctx context.Context, r *Request, res *quota.Result) (err error) {
 	switch {
+	case p.Concurrency != nil:
+		return p.acquire(ctx, r, res)
+	case p.MaxDelay > 0 && p.DryRun:
+		// A dry run rejects nothing, and so holds no request back either.
+		err = p.Engine.TakeInto(ctx, r.Key, r.Cost, res)
 	case r.First != (quota.Limit{}):
 		*res, err = p.Engine.TakeWith(ctx, r.Key, r.Cost, r.First)
 	case r.Idempotent:
 		*res, err = p.Engine.TakeIdempotent(ctx, r.Key, r.ID, r.Cost)
+	case p.MaxDelay > 0:
+		return p.wait(ctx, r, res)
 	default:
 		err = p.Engine.TakeInto(ctx, r.Key, r.Cost, res)
 	}
 	return err
+}
+
+// wait decides r as a take that may wait up to MaxDelay for its turn, and
+// waits for it under ctx: res is the take's Result, at its turn. A request
+// whose ctx ends first gives its turn back, and res is then a rejection.
+func (p *Path) wait(ctx context.Context, r *Request, res *quota.Result) error {
+	turn, err := p.Engine.Reserve(ctx, r.Key, r.Cost, p.MaxDelay)
+	if err != nil {
+		return err
+	}
+	_ = turn.Wait(ctx) // an error leaves turn a rejection: the client is gone
+	*res = turn.Result
+	return nil
 }
 
 // Finish gives back the cost of r, admitted as res, when its response
@@ -133,8 +162,44 @@ func (p *Path) Finish(ctx context.Context, r *Request, status int, res *quota.Re
 	return nil
 }
 
+// acquire takes a slot for r, waiting up to MaxDelay for one: res is
+// the answer as a Result (Limit Max, Remaining the free slots). A
+// request whose ctx ends while it waits holds none and is rejected.
+func (p *Path) acquire(ctx context.Context, r *Request, res *quota.Result) error {
+	var err error
+	if p.MaxDelay > 0 && !p.DryRun { // a dry run holds no request back
+		r.Slot, err = p.Concurrency.AcquireWait(ctx, r.Key, p.MaxDelay)
+		if err != nil && ctx.Err() != nil {
+			r.Slot, err = p.Concurrency.Rejected(), nil // the client is gone
+		}
+	} else {
+		r.Slot, err = p.Concurrency.Acquire(ctx, r.Key)
+	}
+	if err != nil {
+		return err
+	}
+	*res = p.Concurrency.Result(&r.Slot)
+	return nil
+}
+
+// Release gives back the slot of r, a Concurrency limiter's request,
+// however its handler ended; the request's end does not stop it. A
+// failed release reaches OnStorageError (or the log), and the slot comes
+// back after Expiration. It does nothing for other limiters.
+func (p *Path) Release(ctx context.Context, r *Request) {
+	if p.Concurrency != nil {
+		_ = p.Concurrency.Release(context.WithoutCancel(ctx), &r.Slot)
+	}
+}
+
 // Event describes the decision res of r for OnDecision.
 func (p *Path) Event(r *Request, res *quota.Result) quota.DecisionEvent {
+	if p.Concurrency != nil {
+		ev := p.Concurrency.Event(r.Key, &r.Slot)
+		ev.DryRun = p.DryRun
+		ev.Latency = time.Since(r.Start)
+		return ev
+	}
 	ev := p.Engine.Event(r.Key, r.Cost, res)
 	ev.DryRun = p.DryRun
 	ev.Latency = time.Since(r.Start)

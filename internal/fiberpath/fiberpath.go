@@ -99,6 +99,12 @@ func (h *Handler[C]) Serve(c C) error {
 	if err := h.Take(h.context(c, fast), &r, &res); err != nil {
 		return h.Failed(r.Key, err)
 	}
+	if h.Concurrency != nil {
+		// A Concurrency limiter's slot goes back however the request
+		// ends: rejected, its hook or its handler panicking (the panic
+		// goes on), or served.
+		defer h.Release(h.context(c, fast), &r)
+	}
 	if h.OnDecision != nil {
 		h.OnDecision(c, h.Event(&r, &res))
 	}
@@ -151,10 +157,12 @@ func (h *Handler[C]) Serve(c C) error {
 }
 
 // context is the context a decision runs under: in memory, fasthttp's
-// request, whose start time spares a clock read; a store call runs under
-// the application's context.
+// request, whose start time spares a clock read; a store call, and a
+// request that may wait (MaxDelay), under the application's context
+// (fasthttp's Done needs a server, which a handler called directly, as
+// in tests, lacks).
 func (h *Handler[C]) context(c C, fast *fasthttp.RequestCtx) context.Context {
-	if h.Memory {
+	if h.Memory && h.MaxDelay == 0 {
 		return fast
 	}
 	return h.AppContext(c)

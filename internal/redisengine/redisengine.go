@@ -141,6 +141,18 @@ type Engine interface {
 	// admitted take of 0. results are as TakeAll's.
 	TakeUpToAll(ctx context.Context, key string, rules []Rule, cost int64, results []Result) (granted int64, err error)
 
+	// TakeTurnAll is TakeAll for a request that may wait up to maxDelay
+	// (rounded down to whole ms, at most 2^48-1 ms) for its turn: when
+	// every rule admits it now, or at a time within maxDelay when they
+	// all will, it is counted at once as a take at that time would be
+	// counted, and wait is that time less the call's. A later call on the
+	// key is decided at that time or after it. Its results are the state
+	// at its turn. One whose turn lies beyond maxDelay is rejected and
+	// counts nothing; its RetryAfter is the time until it would be
+	// admitted without waiting. A turn is given back by RefundAll. No rule
+	// may have BlockFor or MinInterval. Never batched with other calls.
+	TakeTurnAll(ctx context.Context, key string, rules []Rule, cost int64, maxDelay time.Duration, results []Result) (allowed bool, wait time.Duration, err error)
+
 	// TakeIdempotentAll is TakeAll whose first admission is kept for the
 	// request's repeats (idempotency): record names where an admitted
 	// call's answer is kept, for ttl (rounded up to whole ms, at most

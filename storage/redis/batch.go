@@ -158,6 +158,7 @@ const batchPerCall = "-- What follows runs once per call"
 var batchReplaced = [][2]string{
 	{"KEYS[1]", "batch_key"},
 	{"ARGV[1]", "batch_arg"},
+	{"local turn_arg = ARGV[2]", "local turn_arg = nil"}, // a take with a turn goes alone
 	{"redis.call('TIME')", "batch_time()"},
 	{"redis.pcall('GET', key)", "batch_get(key)"},
 	{"redis.call('SET', key, value, 'PX', exp_all - request_now)", "batch_write(key, value, exp_all - request_now)"},

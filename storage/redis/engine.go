@@ -137,6 +137,41 @@ func (e *engine) TakeUpToAll(ctx context.Context, key string, rules []redisengin
 	return getUint(res[len(res)-resGrantSize:]), nil
 }
 
+// TakeTurnAll is TakeAll for a request that may wait up to maxDelay for
+// its turn; see redisengine.Engine. It goes alone, never in a pipeline or
+// a batch: its second argument is the delay.
+func (e *engine) TakeTurnAll(ctx context.Context, key string, rules []redisengine.Rule, cost int64, maxDelay time.Duration, results []redisengine.Result) (bool, time.Duration, error) {
+	if len(results) < len(rules) {
+		return false, 0, fmt.Errorf("limiter: redis take: %d results for %d rules", len(results), len(rules))
+	}
+	if len(rules) == 0 || len(rules) > redisengine.MaxRules {
+		return false, 0, fmt.Errorf("limiter: redis take: %d rules; give 1 to %d", len(rules), redisengine.MaxRules)
+	}
+	if cost < 0 || maxDelay < 0 || rules[0].BlockFor != 0 || rules[0].MinInterval != 0 {
+		return false, 0, fmt.Errorf("limiter: redis take: cost %d, maxDelay %v, BlockFor %v and MinInterval %v; a take with a turn needs a cost and a delay >= 0, and neither BlockFor nor MinInterval",
+			cost, maxDelay, rules[0].BlockFor, rules[0].MinInterval)
+	}
+	var buf [argMaxSize]byte
+	packed, err := e.pack(&buf, rules, cost, 0, nil)
+	if err != nil {
+		return false, 0, fmt.Errorf("limiter: redis take: %w", err)
+	}
+	var delay [argBlockSize]byte
+	putUint(delay[:], uint64(min(maxDelay.Milliseconds(), max6)))
+	res, err := runScriptArgs(ctx, e.calls, rules[0].Algorithm, []string{key}, string(packed), string(delay[:])).Result()
+	if err != nil {
+		return false, 0, fmt.Errorf("limiter: redis take: %w", err)
+	}
+	if len(res) < resWaitSize {
+		return false, 0, fmt.Errorf("limiter: redis: script returned %d bytes for a take with a turn", len(res))
+	}
+	allowed, err := decodeResults(res[:len(res)-resWaitSize], rules, results)
+	if err != nil {
+		return false, 0, err
+	}
+	return allowed, span(getUint(res[len(res)-resWaitSize:])), nil
+}
+
 // TakeIdempotentAll is TakeAll whose admission is kept for the request's
 // repeats under record (see recordKeyOf); see redisengine.Engine. It goes
 // alone, never in a pipeline or a batch.

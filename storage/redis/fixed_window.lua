@@ -30,7 +30,7 @@ if refund and not penalize then
   end
   cost = 0
 end
-if count > 0 and now < start then
+if now < start then
   now = start -- time never goes back for a key
 end
 if count == 0 or now >= start + window then
@@ -44,7 +44,7 @@ if cost > limit then
 elseif cost == 0 or count + cost <= limit then
   count = count + cost
   allowed, counted = 1, start
-  a, b, exp = start, count, 0
+  a, b, exp = start, count, start -- a window ahead holds the key's clock
   if count > 0 then
     exp = start + window
   end

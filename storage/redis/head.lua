@@ -57,6 +57,9 @@
 --   remaining, reset, retry  its answer (steps; retry < 0: never)
 --   counted      where an admitted cost was counted (Decision.countedIn)
 --   repair       set to true when stored is not a state of these rules
+--   now, turn    the time (steps) the limit decided at, the key's clock:
+--                now raised to the state's time when that lies ahead, or
+--                turn when the fragment keeps it apart (the bucket's last)
 -- A fragment's own locals shadow none of these names, and it changes no
 -- other of this file's.
 --
@@ -147,6 +150,21 @@ local penalize, reward = floor(flags / 4) % 2 == 1, floor(flags / 8) % 2 == 1
 -- none has any, a take of 1 that is rejected; the answer ends with what
 -- was granted (5 bytes).
 local up_to, room = floor(flags / 16) % 2 == 1, -1
+-- A take with a turn (a second argument, turn_arg: max_delay, 6 bytes,
+-- ms): one that may wait up to max_delay for its turn (the twin of
+-- decideTurnInto in quota). It is decided at the key's clock, the latest
+-- time a limit's state holds (the fragments' turn, or their raised now),
+-- and when a limit rejects it there, again where every limit's retry says
+-- it fits, up to 4 tries, each a pass 1 (and 2) at request_now moved to
+-- that time; the call's own time stays real_now. An admitted take's
+-- answer ends with its wait (6 bytes, ms; 0 for a cost of 0, decided as
+-- a take); a rejected one's retries are measured from real_now. Never with up_to, once, blocking or spacing;
+-- never batched.
+local turn_arg = ARGV[2]
+local max_delay, tries = -1, 1
+if turn_arg and request_cost > 0 then
+  max_delay, tries = unpack('<I6', turn_arg), 4 -- a cost of 0 waits for nothing
+end
 -- The first pass: 0, a look that counts nothing, for up_to and for a held
 -- call (see below); else 1.
 local first_pass = 1
@@ -275,6 +293,15 @@ local admitted, never, admits, exp_all = 1, 0, 0, 0
 -- With one limit, its answer is kept in these and packed with the flags in
 -- one call at the end.
 local remaining1, reset1, retry1, counted1 = 0, 0, 0, 0
+-- A take with a turn: clock is the key's clock at request_now (ms), and
+-- later when every limit admits the take (-1: never).
+local real_now, clock, later, turn_rejected = request_now, 0, 0, false
+for try = 1, tries do
+if try > 1 then
+  value, answer, again = '', '', ''
+  admitted, never, admits, exp_all = 1, 0, 0, 0
+end
+clock, later = request_now, request_now + 1
 for pass = first_pass, 2 do
   for i = 1, n do
     if pass <= 1 or floor(admits / flag[i]) % 2 == 1 then
@@ -298,5 +325,6 @@ for pass = first_pass, 2 do
       -- What the fragment sets (see the contract at the top): the state
       -- to keep (a take sets it when it admits, an adjustment always) and
       -- limit i's answer.
-      local a, b, c, fmt, exp, part = 0, 0, 0, nil, nil, nil
+      -- turn: where the fragment decided (steps), when not its now.
+      local a, b, c, fmt, exp, part, turn = 0, 0, 0, nil, nil, nil, nil
       local allowed, remaining, reset, retry, counted = 0, 0, 0, 0, 0

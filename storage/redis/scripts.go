@@ -67,6 +67,17 @@ func runScript(ctx context.Context, client redis.UniversalClient, alg redisengin
 	return runScriptWith(ctx, client, alg, arg, key)
 }
 
+// runScriptArgs is runScriptWith of several arguments.
+func runScriptArgs(ctx context.Context, client redis.UniversalClient, alg redisengine.Algorithm, keys []string, args ...string) *redis.StringCmd {
+	cmd := scriptCmdArgs(ctx, "evalsha", scripts[alg].Hash(), keys, args)
+	_ = client.Process(ctx, cmd)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = scriptCmdArgs(ctx, "eval", scriptSources[alg], keys, args)
+		_ = client.Process(ctx, cmd)
+	}
+	return cmd
+}
+
 // runScriptWith is runScript with the keys of the call: the limited key,
 // then any other the call reads or writes (an idempotent take's record).
 func runScriptWith(ctx context.Context, client redis.UniversalClient, alg redisengine.Algorithm, arg string, keys ...string) *redis.StringCmd {
@@ -81,12 +92,20 @@ func runScriptWith(ctx context.Context, client redis.UniversalClient, alg redise
 
 // scriptCmd is EVAL or EVALSHA (name) of script with keys and arg.
 func scriptCmd(ctx context.Context, name, script, arg string, keys ...string) *redis.StringCmd {
-	args := make([]any, 0, 4+len(keys))
+	return scriptCmdArgs(ctx, name, script, keys, []string{arg})
+}
+
+// scriptCmdArgs is scriptCmd of several arguments.
+func scriptCmdArgs(ctx context.Context, name, script string, keys, argv []string) *redis.StringCmd {
+	args := make([]any, 0, 3+len(keys)+len(argv))
 	args = append(args, name, script, len(keys))
 	for _, k := range keys {
 		args = append(args, k)
 	}
-	cmd := redis.NewStringCmd(ctx, append(args, arg)...)
+	for _, a := range argv {
+		args = append(args, a)
+	}
+	cmd := redis.NewStringCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3) // for Redis Cluster's routing: the limited key
 	return cmd
 }

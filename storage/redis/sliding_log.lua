@@ -70,6 +70,9 @@ if refund then
     entries, count = entries .. string.rep(pack('<I6', now), k), count + k
   elseif reward then
     local k = min(cost, count)
+    if count > 0 and newest > at and k > 0 and (k == count or unpack('<I6', entries, 6 * (count - k) - 5) < newest) then
+      k = 0 -- its newest entries lie ahead: see the refund's below
+    end
     entries, count = sub(entries, 1, 6 * (count - k)), count - k
   else
     local last = count
@@ -79,6 +82,12 @@ if refund then
     local k = 0
     while k < min(cost, last) and unpack('<I6', entries, 6 * (last - k) - 5) == counted_in do
       k = k + 1
+    end
+    if last == count and counted_in > at and (k == last or unpack('<I6', entries, 6 * (last - k) - 5) < counted_in) then
+      -- A turn ahead whose entries are the newest: taking them out would
+      -- move the key's clock back, before the entries the log let go when
+      -- they were made. It is not given back.
+      k = 0
     end
     entries, count = sub(entries, 1, 6 * (last - k)) .. sub(entries, 6 * last + 1), count - k
   end

@@ -73,7 +73,7 @@ if cost > limit then
 elseif cost == 0 or weighted + (cur + cost) * window <= limit * window then
   cur = cur + cost
   allowed, counted = 1, start
-  a, b, c, exp = start, kept_cur + cost, kept_prev, 0
+  a, b, c, exp = start, kept_cur + cost, kept_prev, start
   if cur > 0 then
     exp = start + 2 * window
   elseif prev > 0 then

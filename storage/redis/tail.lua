@@ -14,6 +14,15 @@
       -- (how long the key is kept, and the ends it keeps); storage/redis's
       -- decodeResults (wire.go) reads the answer.
       if pass == 1 then
+        if tries > 1 then
+          local decided = turn or now
+          clock = max(clock, decided * step)
+          if retry < 0 then
+            later = -1
+          elseif later >= 0 then
+            later = max(later, (decided + retry) * step)
+          end
+        end
         if allowed == 0 then
           admitted = 0
         else
@@ -77,6 +86,60 @@
 end
 if again ~= '' then
   answer = again -- the second pass ran
+end
+if tries == 1 then
+  break
+end
+-- A take with a turn: admitted when every limit decided at request_now;
+-- else tried again where they all will admit it, within max_delay.
+if admitted == 1 then
+  if clock == request_now then
+    break
+  end
+  later = clock
+end
+if later < 0 or later - real_now > max_delay or try == tries then
+  turn_rejected = true
+  break
+end
+request_now = later
+end
+local turn_wait = ''
+if tries > 1 then
+  if turn_rejected then
+    -- Counts nothing; its retries and resets measured from real_now (the
+    -- twin of Result.rejectFrom).
+    local ahead, least = request_now - real_now, max(0, later - real_now)
+    admitted = 0
+    if n == 1 then
+      if never == 0 then
+        retry1 = max(retry1 + ahead, least)
+      end
+      if reset1 > 0 then
+        reset1 = reset1 + ahead
+      end
+      counted1 = 0
+    else
+      local parts = ''
+      for i = 1, n do
+        local remaining, reset, retry = unpack('<I4I7I7', answer, 25 * i - 24)
+        if floor(never / flag[i]) % 2 == 0 then
+          retry = max(retry + ahead, least)
+        end
+        if reset > 0 then
+          reset = reset + ahead
+        end
+        parts = parts .. pack('<I4I7I7I7', remaining, reset, retry, 0)
+      end
+      answer = parts
+    end
+    turn_wait = pack('<I6', 0)
+  else
+    turn_wait = pack('<I6', request_now - real_now)
+  end
+  request_now = real_now
+elseif turn_arg then
+  turn_wait = pack('<I6', 0)
 end
 if not refund and not blocked_now then
   if (reject_rest or admitted == 0) and never == 0 then
@@ -182,6 +245,7 @@ if n == 1 then
 else
   reply = pack('<B', admitted + never) .. answer .. granted
 end
+reply = reply .. turn_wait
 if once and admitted == 1 then
   redis.call('SET', KEYS[2], once_tag .. reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)
 end

@@ -2,8 +2,8 @@
 -- head.lua's loops for limit i (the contract of head, fragment and tail
 -- is in head.lua's header). Reads stored, found, n, i, limit, burst,
 -- window, counted_in, at, now, ahead, cost, refund, penalize and reward;
--- sets fmt, a, b, exp, allowed, counted, remaining, reset, retry and
--- repair.
+-- sets fmt, a, b, exp, allowed, counted, remaining, reset, retry, turn
+-- and repair.
 -- The twin of quota/token_bucket.go, in its order: the state
 -- (tokenBucket.read), plausible, debtAt (the refill to now), adjust, take
 -- and expiry (exp). State: the time of the last update (6 bytes) and the
@@ -41,6 +41,7 @@ if elapsed > 0 then
   end
 end
 last = max(now, last) -- time never goes back for a key
+turn = last
 
 if refund then
   -- A penalty adds its cost to the debt, up to the whole burst; a reward
@@ -53,8 +54,30 @@ if refund then
     local credit = min(cost, burst) * window
     if not reward then
       credit = min(cost * window, max(0, (counted_in - now) * limit))
+      if raw_last > now then
+        -- A turn given back (Reserve): what no later turn counts on, the
+        -- debt beyond counted_in being theirs (the twin of
+        -- tokenBucket.untaken).
+        local whole, gap = min(cost, burst) * window, counted_in - raw_last
+        if gap < 0 and -gap >= idiv(whole + limit - 1, limit) then
+          credit = 0
+        elseif gap < 0 or gap < idiv(raw_debt + limit - 1, limit) then
+          credit = min(credit, max(0, whole - (raw_debt - gap * limit)))
+        end
+      end
     end
     debt, raw_debt, credited = max(0, debt - credit), max(0, raw_debt - credit), true
+    if not reward and raw_last > now then
+      -- The bucket moved back toward now as far as its debt stays within
+      -- the capacity (the twin of tokenBucket.back): the same bucket from
+      -- then on, whose clock the turn given back no longer holds.
+      local room = burst * window - raw_debt
+      if room > 0 then
+        local steps = min(raw_last - now, idiv(room, limit))
+        raw_last, raw_debt = raw_last - steps, raw_debt + steps * limit
+      end
+      last, debt, turn = raw_last, raw_debt, raw_last -- no refill: raw_last >= now
+    end
   end
   cost = 0
 end
@@ -67,7 +90,7 @@ elseif cost == 0 or debt + cost * window <= capacity then
   a, b = last, debt
   exp = last + idiv(debt + limit - 1, limit)
   if debt == 0 then
-    exp = 0
+    exp = last -- an update ahead holds the key's clock until then
   end
 else
   retry = idiv(debt + cost * window - capacity + limit - 1, limit)
@@ -77,7 +100,7 @@ reset = idiv(debt + limit - 1, limit)
 if credited then
   -- Kept while it has debt, even when this rule has refilled it: the rule
   -- in force may refill more slowly (see adjustAll).
-  a, b, exp = raw_last, raw_debt, 0
+  a, b, exp = raw_last, raw_debt, raw_last
   if raw_debt > 0 then
     exp = max(at + 1, raw_last + idiv(raw_debt + limit - 1, limit))
   end

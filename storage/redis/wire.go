@@ -29,6 +29,7 @@ const (
 	argIdempotent = 128 // an idempotent take ("once" in head.lua): its record's lifetime follows all
 	argBlockSize  = 6   // each
 	resGrantSize  = 5   // what an up-to take granted, after the rules' parts
+	resWaitSize   = 6   // a take with a turn's wait (ms), after the rules' parts
 	resAllowed    = 1
 	argHeadSize   = 1 + 5 + 6
 	argRuleSize   = 4 + 4 + 7 + 4 + 7
