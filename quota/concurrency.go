@@ -29,8 +29,10 @@ type ConcurrencyConfig struct {
 	Max int
 
 	// Expiration is the longest a slot stays taken when its request never
-	// releases it (its process died, or its Release failed): then the slot
-	// is free again. It must exceed the longest request, or a slow request
+	// releases it (its process died): then the slot is free again. A
+	// Release that Redis could not take (a timeout, the breaker open), and
+	// an Acquire that timed out but may still run, are made good by this
+	// process at the next calls Redis answers. It must exceed the longest request, or a slow request
 	// loses its slot while it runs and one more is admitted. At least 1 ms.
 	//
 	// Optional. Default: 1 minute
@@ -200,6 +202,7 @@ func NewConcurrency(cfg ConcurrencyConfig) (*Concurrency, error) {
 // Slot is Acquire's answer: a slot taken (Allowed), which Release gives
 // back, or a rejection.
 type Slot struct {
+	owner      *Concurrency // that took it: Release of another frees nothing
 	allowed    bool
 	holder     slotHolder
 	source     Source
@@ -252,10 +255,15 @@ const slotRetry = time.Second
 // not: a call that Redis may have run is not abandoned half way (each
 // call has StorageTimeout). Only FailError returns an error.
 func (c *Concurrency) Acquire(ctx context.Context, key string) (Slot, error) {
+	var s Slot
+	var err error
 	if c.remote != nil {
-		return c.remote.acquire(ctx, c, key)
+		s, err = c.remote.acquire(ctx, c, key)
+	} else {
+		s = c.local.acquire(key, SourceBackend)
 	}
-	return c.local.acquire(key, SourceBackend), nil
+	s.owner = c
+	return s, err
 }
 
 // Release gives back s's slot, exactly that one, and wakes this process's
@@ -266,7 +274,7 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (Slot, error) {
 // returns the error (and reports it): the slot is then held until
 // Expiration after it was taken.
 func (c *Concurrency) Release(ctx context.Context, s *Slot) error {
-	if s == nil || s.holder == heldNowhere {
+	if s == nil || s.holder == heldNowhere || s.owner != c {
 		return nil
 	}
 	holder := s.holder

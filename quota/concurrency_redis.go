@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,7 +34,24 @@ type redisSlots struct {
 	reporter    *errorReporter
 	retryClosed time.Duration
 	origin      time.Time
+	// owed are the slots this process gave back, or may have taken, that
+	// no answered ZREM has removed: releases the breaker skipped or Redis
+	// failed, and acquires that timed out (Redis may run them late).
+	// Each answered call removes a few of them (settle), so that a slow or
+	// failing Redis does not hold keys off for a whole Expiration.
+	owedMu sync.Mutex
+	owed   []owedSlot
 }
+
+// owedSlot is a slot to remove from Redis: its set and its member.
+type owedSlot struct{ stored, member string }
+
+// maxOwed bounds owed: past it, the oldest come back after Expiration
+// only. settleEach is how many one answered call removes.
+const (
+	maxOwed    = 4096
+	settleEach = 8
+)
 
 func newRedisSlots(cfg *ConcurrencyConfig) *redisSlots {
 	var id [8]byte
@@ -78,10 +96,12 @@ func (r *redisSlots) acquire(ctx context.Context, c *Concurrency, key string) (S
 		return err
 	})
 	if err != nil {
-		// A call that timed out may still have taken the slot in Redis:
-		// it comes back after Expiration.
+		// A call that timed out may still take the slot in Redis: it is
+		// owed back, at the next answered call (or at Expiration).
+		r.owe(stored, member)
 		return c.failedSlot(key, r.policy, r.retryClosed, err)
 	}
+	r.settle(ctx)
 	s := Slot{allowed: acquired, source: SourceBackend, limit: int(r.max), remaining: int(max(0, r.max-taken))}
 	if !acquired {
 		s.retryAfter = slotRetry
@@ -98,16 +118,53 @@ func (r *redisSlots) release(ctx context.Context, stored, member string) error {
 	if r.breaker != nil {
 		var ok bool
 		if ok, probe = r.breaker.allow(r.now()); !ok {
-			return fmt.Errorf("limiter: release slot: %w; it is held until its Expiration", errBreakerOpen)
+			r.owe(stored, member)
+			return fmt.Errorf("limiter: release slot: %w; it is given back at the next call Redis answers, or at its Expiration", errBreakerOpen)
 		}
 	}
 	err := r.call(ctx, probe, func(ctx context.Context) error {
 		return r.engine.ReleaseSlot(ctx, stored, member)
 	})
 	if err != nil {
-		return fmt.Errorf("limiter: release slot (held until its Expiration): %w", err)
+		r.owe(stored, member)
+		return fmt.Errorf("limiter: release slot (given back at the next call Redis answers, or at its Expiration): %w", err)
 	}
+	r.settle(ctx)
 	return nil
+}
+
+// owe records a slot to remove from Redis when it answers again.
+func (r *redisSlots) owe(stored, member string) {
+	r.owedMu.Lock()
+	if len(r.owed) >= maxOwed {
+		r.owed = r.owed[1:]
+	}
+	r.owed = append(r.owed, owedSlot{stored, member})
+	r.owedMu.Unlock()
+}
+
+// settle removes up to settleEach owed slots from Redis, after a call
+// that Redis answered; those it cannot remove stay owed. A removal that
+// reaches Redis before a late acquire of the same member leaves that
+// slot until its Expiration.
+func (r *redisSlots) settle(ctx context.Context) {
+	r.owedMu.Lock()
+	n := min(len(r.owed), settleEach)
+	if n == 0 {
+		r.owedMu.Unlock()
+		return
+	}
+	batch := append([]owedSlot(nil), r.owed[:n]...)
+	r.owed = r.owed[n:]
+	r.owedMu.Unlock()
+	for i, o := range batch {
+		if err := r.call(ctx, false, func(ctx context.Context) error { return r.engine.ReleaseSlot(ctx, o.stored, o.member) }); err != nil {
+			for _, rest := range batch[i:] {
+				r.owe(rest.stored, rest.member)
+			}
+			return
+		}
+	}
 }
 
 // call runs a Redis call with StorageTimeout, ctx's values but not its

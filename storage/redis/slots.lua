@@ -29,6 +29,10 @@ if type(gone) == 'table' then
   return redis.error_reply('WRONGTYPE limiter: the key holds a value of another type, not concurrency slots')
 end
 
+-- A score further ahead than any slot's expiry can lie (2^50 ms, the
+-- longest Expiration slots.go sends) is not a slot: another program's
+-- member, which would hold a slot for as long as the key lives.
+redis.call('ZREMRANGEBYSCORE', key, '(' .. string.format('%.0f', now + 1125899906842624), '+inf')
 local taken = redis.call('ZCARD', key)
 if taken >= max then
   -- A set without a TTL was not written by this script (it gives every
