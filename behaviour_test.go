@@ -19,6 +19,7 @@ var v2Algorithms = map[behaviour.Algorithm]LimiterHandler{
 	behaviour.SlidingWindow: SlidingWindow{},
 	behaviour.TokenBucket:   TokenBucket{},
 	behaviour.SlidingLog:    SlidingLog{},
+	behaviour.Concurrency:   Concurrency{},
 }
 
 func (fiberV2) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) func(behaviour.Request) behaviour.Response {
@@ -30,6 +31,7 @@ func (fiberV2) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) 
 		DisableHeaders:         bc.DisableHeaders,
 		BlockFor:               bc.BlockFor,
 		MinInterval:            bc.MinInterval,
+		MaxDelay:               bc.MaxDelay,
 	}
 	if bc.Algorithm != "" {
 		cfg.LimiterMiddleware = v2Algorithms[bc.Algorithm]

@@ -19,6 +19,7 @@ var v3Algorithms = map[behaviour.Algorithm]Handler{
 	behaviour.SlidingWindow: SlidingWindow{},
 	behaviour.TokenBucket:   TokenBucket{},
 	behaviour.SlidingLog:    SlidingLog{},
+	behaviour.Concurrency:   Concurrency{},
 }
 
 func (fiberV3) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) func(behaviour.Request) behaviour.Response {
@@ -30,6 +31,7 @@ func (fiberV3) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) 
 		DisableHeaders:         bc.DisableHeaders,
 		BlockFor:               bc.BlockFor,
 		MinInterval:            bc.MinInterval,
+		MaxDelay:               bc.MaxDelay,
 	}
 	if bc.Algorithm != "" {
 		cfg.LimiterMiddleware = v3Algorithms[bc.Algorithm]

@@ -30,6 +30,7 @@ func (stdlib) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) f
 		DisableHeaders:         bc.DisableHeaders,
 		BlockFor:               bc.BlockFor,
 		MinInterval:            bc.MinInterval,
+		MaxDelay:               bc.MaxDelay,
 	}
 	if bc.Idempotent {
 		cfg.IdempotencyKey = IdempotencyKeyHeader
@@ -60,7 +61,11 @@ func (stdlib) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) f
 	if clock != nil {
 		cfg.clock = clock.Millis
 	}
-	h := New(cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	build := New
+	if bc.Algorithm == behaviour.Concurrency {
+		build = NewConcurrency
+	}
+	h := build(cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case behaviour.Bad:
 			w.WriteHeader(http.StatusBadRequest)

@@ -29,6 +29,11 @@ const (
 // Algorithms are the algorithms, in the order the cases run them.
 var Algorithms = []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog}
 
+// Concurrency is the cap on a key's requests in flight (Concurrency{},
+// or net/http's NewConcurrency): Max of them at once, Expiration the
+// longest a slot is held.
+const Concurrency Algorithm = "Concurrency"
+
 // Config is a case's limiter, which an adapter builds in its own
 // framework's terms. Zero fields mean the adapter's defaults (Max 5 per
 // minute, the fixed window, the client's address as the key).
@@ -59,6 +64,9 @@ type Config struct {
 	Idempotent bool
 	// Gate holds the requests to Hold in their handler (nil: none).
 	Gate *Gate
+	// MaxDelay makes a request wait up to that long for its turn (or a
+	// slot) instead of 429 (MaxDelay).
+	MaxDelay time.Duration
 }
 
 // Request is one request to a case's server.

@@ -31,6 +31,8 @@ func Run(t *testing.T, a Adapter) {
 		{"BlockShorterThanLimit", blockShorterThanLimit},
 		{"MinInterval", minInterval},
 		{"IdempotentRetries", idempotentRetries},
+		{"MaxDelay", maxDelay},
+		{"Concurrency", concurrency},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, a) })
@@ -374,4 +376,48 @@ func minInterval(t *testing.T, a Adapter) {
 			assert.Equal(t, "98", r.Header.Get("X-RateLimit-Remaining"), "the rejected request counted nothing")
 		})
 	}
+}
+
+// Max 2 per 200 ms with MaxDelay 500 ms: the third request of a client
+// waits for its turn (100 to 200 ms on, by the algorithm) and is served,
+// with the limit's headers; another client is served at once.
+func maxDelay(t *testing.T, a Adapter) {
+	for _, alg := range Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			send := a.Serve(t, Config{Algorithm: alg, Max: 2, Expiration: 200 * time.Millisecond, KeyFromHeader: true,
+				MaxDelay: 500 * time.Millisecond}, nil)
+			for range 2 {
+				require.Equal(t, http.StatusOK, send(Request{Key: "a"}).Status)
+			}
+			start := time.Now()
+			r := send(Request{Key: "a"})
+			require.Equal(t, http.StatusOK, r.Status, "served at its turn")
+			assert.GreaterOrEqual(t, time.Since(start), 90*time.Millisecond, "after waiting for it")
+			assert.Equal(t, "2", r.Header.Get("X-RateLimit-Limit"))
+			assert.Equal(t, http.StatusOK, send(Request{Key: "b"}).Status, "another client")
+		})
+	}
+}
+
+// Concurrency Max 1: while a request of a client runs, the client's next
+// gets 429 with Retry-After 1 and nothing remaining, another client's
+// runs; a handler that fails gives its slot back.
+func concurrency(t *testing.T, a Adapter) {
+	gate := NewGate()
+	send := a.Serve(t, Config{Algorithm: Concurrency, Max: 1, Expiration: time.Minute, KeyFromHeader: true, Gate: gate}, nil)
+	held := make(chan Response, 1)
+	go func() { held <- send(Request{Path: Hold, Key: "a"}) }()
+	gate.Entered()
+	r := send(Request{Key: "a"})
+	require.Equal(t, http.StatusTooManyRequests, r.Status)
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	assert.Equal(t, "0", r.Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "1", r.Header.Get("X-RateLimit-Limit"))
+	assert.Equal(t, http.StatusOK, send(Request{Key: "b"}).Status, "another client")
+	gate.Open()
+	assert.Equal(t, http.StatusInternalServerError, (<-held).Status)
+	for range 3 {
+		assert.Equal(t, http.StatusInternalServerError, send(Request{Path: Boom, Key: "a"}).Status)
+	}
+	assert.Equal(t, http.StatusOK, send(Request{Key: "a"}).Status, "the slots came back")
 }
