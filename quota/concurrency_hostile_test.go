@@ -356,8 +356,11 @@ func busyRedis(t *testing.T, srv *redistest.Server, d time.Duration) <-chan erro
 			nil, d.Microseconds()).Err()
 	}()
 	require.Eventually(t, func() bool {
-		pong := make(chan error, 1)
-		go func() { pong <- probe.Ping(ctx).Err() }()
+		pong := make(chan struct{}, 1)
+		go func() {
+			_ = probe.Ping(ctx).Err() // answered at all: not busy yet
+			pong <- struct{}{}
+		}()
 		select {
 		case <-pong:
 			return false
