@@ -77,3 +77,26 @@ func TestSharedMiddlewareAllocatesNothing(t *testing.T) {
 	}
 	assert.Equal(t, allocs(nil), allocs(New(Config{Max: 1 << 26, Expiration: time.Hour})))
 }
+
+// A request through Concurrency{} in memory allocates nothing once its
+// key is known: the slot is taken and given back in place.
+func TestConcurrencyAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items")
+	}
+	mw := func(int) fiber.Handler {
+		return New(Config{Max: 100, Expiration: time.Hour, KeyGenerator: func(c *fiber.Ctx) string { return c.Get("X-Key") },
+			LimiterMiddleware: Concurrency{}})
+	}
+	h := benchApp(benchVariant{name: "concurrency", mw: mw}, 100)
+	ctx := newBenchCtx()
+	ctx.Request.Header.Set("X-Key", "client")
+	serve := func() {
+		ctx.Response.Reset()
+		*ctx.time = time.Now()
+		h(ctx.RequestCtx)
+	}
+	serve()
+	assert.Zero(t, testing.AllocsPerRun(50, serve))
+	assert.Equal(t, fiber.StatusOK, ctx.Response.StatusCode())
+}

@@ -183,12 +183,13 @@ func (p *Path) acquire(ctx context.Context, r *Request, res *quota.Result) error
 }
 
 // Release gives back the slot of r, a Concurrency limiter's request,
-// however its handler ended; the request's end does not stop it. A
-// failed release reaches OnStorageError (or the log), and the slot comes
-// back after Expiration. It does nothing for other limiters.
+// however its handler ended; the request's end does not stop it (the
+// engine ignores ctx's cancellation). A failed release reaches
+// OnStorageError (or the log) and is made good later. It does nothing for
+// other limiters.
 func (p *Path) Release(ctx context.Context, r *Request) {
 	if p.Concurrency != nil {
-		_ = p.Concurrency.Release(context.WithoutCancel(ctx), &r.Slot)
+		_ = p.Concurrency.Release(ctx, &r.Slot)
 	}
 }
 
