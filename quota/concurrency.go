@@ -271,8 +271,8 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (Slot, error) {
 // and FailOpen's hold nothing: their Release does nothing. Release s from
 // one goroutine at a time. On Redis, ctx's cancellation is ignored (the
 // slot is given back after the request has gone), and a Release that fails
-// returns the error (and reports it): the slot is then held until
-// Expiration after it was taken.
+// returns the error (and reports it): the slot is then given back at the
+// next call Redis answers from this process, or at its Expiration.
 func (c *Concurrency) Release(ctx context.Context, s *Slot) error {
 	if s == nil || s.holder == heldNowhere || s.owner != c {
 		return nil

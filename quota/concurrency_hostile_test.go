@@ -177,7 +177,7 @@ func TestConcurrencyRedisForeignEndlessMemberFreedWhileKeyBusy(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		require.NoError(t, c.Release(ctx, &s))
 	}
-	a := requireSlot(t, c, "k", true, 1) // fails now: "intruder" still holds a slot
+	a := requireSlot(t, c, "k", true, 1) // "intruder" no longer holds a slot
 	s := requireSlot(t, c, "k", true, 0)
 	require.NoError(t, c.Release(ctx, &a))
 	require.NoError(t, c.Release(ctx, &s))
@@ -201,7 +201,7 @@ func TestConcurrencyRedisForeignFullSetHeldNoLongerThanExpiration(t *testing.T) 
 		require.NoError(t, err)
 		require.NoError(t, c.Release(ctx, &s))
 		return s.Allowed()
-	}, 10*cfg.Expiration, 10*time.Millisecond, "k free within 10 Expirations") // fails now: held off for the set's hour
+	}, 10*cfg.Expiration, 10*time.Millisecond, "k free within 10 Expirations")
 }
 
 // Waiters of one replica get the slots that another replica releases (by
@@ -266,17 +266,26 @@ func TestConcurrencyRedisTimedOutAcquireLeavesNoSlot(t *testing.T) {
 	require.Equal(t, SourceFallback, s.Source(), "answered while Redis was busy")
 	require.NoError(t, c.Release(ctx, &s))
 	require.NoError(t, <-busy)
-	// Redis answers again (this replica has called it), and this replica
-	// holds no slot of k.
-	other := requireSlot(t, c, "other", true, 0)
-	require.Equal(t, SourceBackend, other.Source())
-	require.NoError(t, c.Release(ctx, &other))
-	n, err := admin.ZCard(ctx, slotsKey(cfg, "k")).Result()
-	require.NoError(t, err)
-	assert.Zero(t, n, "slots of a timed-out Acquire left in Redis") // fails now: 1, for a minute
+	// Redis answers again (this replica has called it; on a loaded
+	// machine maybe only after a few more tries), and this replica holds
+	// no slot of k.
+	require.Eventually(t, func() bool {
+		other, err := c.Acquire(ctx, "other")
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Release(ctx, &other)) }()
+		return other.Source() == SourceBackend
+	}, 10*time.Second, 20*time.Millisecond)
+	assert.Eventually(t, func() bool {
+		s, err := c.Acquire(ctx, "other")
+		require.NoError(t, err)
+		require.NoError(t, c.Release(ctx, &s))
+		n, err := admin.ZCard(ctx, slotsKey(cfg, "k")).Result()
+		require.NoError(t, err)
+		return n == 0
+	}, 10*time.Second, 10*time.Millisecond, "slots of a timed-out Acquire left in Redis")
 	s, err = c.Acquire(ctx, "k")
 	require.NoError(t, err)
-	assert.True(t, s.Allowed(), "k with no request in flight, answered by %v", s.Source()) // fails now: locked out for Expiration
+	assert.True(t, s.Allowed(), "k with no request in flight, answered by %v", s.Source())
 	require.NoError(t, c.Release(ctx, &s))
 }
 
@@ -396,12 +405,19 @@ func TestConcurrencyRedisReleaseDuringOpenBreakerGivenBack(t *testing.T) {
 		require.NoError(t, c.Release(ctx, &s))
 		return s.Source() == SourceBackend
 	}, 5*time.Second, 10*time.Millisecond)
-	n, err := admin.ZCard(ctx, slotsKey(cfg, "k")).Result()
-	require.NoError(t, err)
-	assert.Zero(t, n, "k's slot, released during the outage, left in Redis") // fails now: 1, for a minute
+	// Each call Redis answers settles an owed slot (one that times out on
+	// a loaded machine stays owed for the next).
+	assert.Eventually(t, func() bool {
+		s, err := c.Acquire(ctx, "other")
+		require.NoError(t, err)
+		require.NoError(t, c.Release(ctx, &s))
+		n, err := admin.ZCard(ctx, slotsKey(cfg, "k")).Result()
+		require.NoError(t, err)
+		return n == 0
+	}, 10*time.Second, 10*time.Millisecond, "k's slot, released during the outage, left in Redis")
 	s, err = c.Acquire(ctx, "k")
 	require.NoError(t, err)
-	assert.True(t, s.Allowed(), "k with no request in flight, answered by %v", s.Source()) // fails now
+	assert.True(t, s.Allowed(), "k with no request in flight, answered by %v", s.Source())
 	require.NoError(t, c.Release(ctx, &s))
 }
 
@@ -415,5 +431,5 @@ func TestConcurrencyMemoryReleaseOfAnotherLimitersSlotFreesNothing(t *testing.T)
 	requireSlot(t, first, "k", true, 0) // in flight, not released
 	other := requireSlot(t, second, "k", true, 0)
 	_ = first.Release(ctx, &other)       // a mistake: other is second's
-	requireSlot(t, first, "k", false, 0) // fails now: other's id freed first's slot
+	requireSlot(t, first, "k", false, 0) // other's id frees none of first's slots
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fiberlimit/limiter/internal/redisengine"
 	"github.com/fiberlimit/limiter/internal/timestep"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // redisSlots holds a Concurrency's slots in Redis (redisengine.SlotEngine:
@@ -47,11 +48,9 @@ type redisSlots struct {
 type owedSlot struct{ stored, member string }
 
 // maxOwed bounds owed: past it, the oldest come back after Expiration
-// only. settleEach is how many one answered call removes.
-const (
-	maxOwed    = 4096
-	settleEach = 8
-)
+// only. One answered call removes one owed slot (settle), so that a call
+// costs at most two round trips, each within StorageTimeout.
+const maxOwed = 4096
 
 func newRedisSlots(cfg *ConcurrencyConfig) *redisSlots {
 	var id [8]byte
@@ -96,9 +95,13 @@ func (r *redisSlots) acquire(ctx context.Context, c *Concurrency, key string) (S
 		return err
 	})
 	if err != nil {
-		// A call that timed out may still take the slot in Redis: it is
-		// owed back, at the next answered call (or at Expiration).
-		r.owe(stored, member)
+		// A call that timed out, or whose connection failed, may still
+		// take the slot in Redis: it is owed back, at the next answered
+		// call (or at Expiration). One Redis answered with an error took
+		// nothing.
+		if !answeredWithError(err) {
+			r.owe(stored, member)
+		}
 		return c.failedSlot(key, r.policy, r.retryClosed, err)
 	}
 	r.settle(ctx)
@@ -126,7 +129,9 @@ func (r *redisSlots) release(ctx context.Context, stored, member string) error {
 		return r.engine.ReleaseSlot(ctx, stored, member)
 	})
 	if err != nil {
-		r.owe(stored, member)
+		if !answeredWithError(err) {
+			r.owe(stored, member)
+		}
 		return fmt.Errorf("limiter: release slot (given back at the next call Redis answers, or at its Expiration): %w", err)
 	}
 	r.settle(ctx)
@@ -143,28 +148,32 @@ func (r *redisSlots) owe(stored, member string) {
 	r.owedMu.Unlock()
 }
 
-// settle removes up to settleEach owed slots from Redis, after a call
-// that Redis answered; those it cannot remove stay owed. A removal that
-// reaches Redis before a late acquire of the same member leaves that
-// slot until its Expiration.
+// settle removes one owed slot from Redis, after a call that Redis
+// answered. One it cannot remove for a timeout or a lost connection stays
+// owed; one Redis refuses (a key of another type) is dropped: it comes
+// back at its Expiration. A removal that reaches Redis before a late
+// acquire of the same member (over another connection) leaves that slot
+// until its Expiration.
 func (r *redisSlots) settle(ctx context.Context) {
 	r.owedMu.Lock()
-	n := min(len(r.owed), settleEach)
-	if n == 0 {
+	if len(r.owed) == 0 {
 		r.owedMu.Unlock()
 		return
 	}
-	batch := append([]owedSlot(nil), r.owed[:n]...)
-	r.owed = r.owed[n:]
+	o := r.owed[0]
+	r.owed = r.owed[1:]
 	r.owedMu.Unlock()
-	for i, o := range batch {
-		if err := r.call(ctx, false, func(ctx context.Context) error { return r.engine.ReleaseSlot(ctx, o.stored, o.member) }); err != nil {
-			for _, rest := range batch[i:] {
-				r.owe(rest.stored, rest.member)
-			}
-			return
-		}
+	err := r.call(ctx, false, func(ctx context.Context) error { return r.engine.ReleaseSlot(ctx, o.stored, o.member) })
+	if err != nil && !answeredWithError(err) {
+		r.owe(o.stored, o.member)
 	}
+}
+
+// answeredWithError reports whether err is Redis's error reply: the call
+// reached Redis, which refused it and so changed nothing.
+func answeredWithError(err error) bool {
+	var reply goredis.Error
+	return errors.As(err, &reply)
 }
 
 // call runs a Redis call with StorageTimeout, ctx's values but not its
