@@ -218,3 +218,14 @@ func TestDecisionSourceStrings(t *testing.T) {
 	assert.False(t, DecisionEvent{Source: SourceDenyCache}.Fallback())
 	assert.True(t, DecisionEvent{Source: SourceFallback}.Fallback())
 }
+
+// OnDecision's event names the limiter (Config.Name), so that one hook
+// can serve several limiters of an app, rate and Concurrency alike.
+func TestDecisionEventNamesTheLimiter(t *testing.T) {
+	for _, mw := range []LimiterHandler{FixedWindow{}, Concurrency{}} {
+		var got []string
+		app := newApp(Config{Name: "api", LimiterMiddleware: mw, OnDecision: func(_ *fiber.Ctx, e DecisionEvent) { got = append(got, e.Name) }}, nil, nil)
+		get(t, app, "/", "")
+		assert.Equal(t, []string{"api"}, got)
+	}
+}

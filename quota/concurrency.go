@@ -173,6 +173,7 @@ type Concurrency struct {
 	max        int
 	expiration time.Duration
 	backend    string       // DecisionEvent.Backend
+	name       string       // DecisionEvent.Name
 	local      *memorySlots // in memory: the slots; on Redis: FailFallback's, else nil
 	remote     *redisSlots  // nil in memory
 	waiters    slotWaiters
@@ -185,7 +186,7 @@ func NewConcurrency(cfg ConcurrencyConfig) (*Concurrency, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	c := &Concurrency{max: cfg.Max, expiration: cfg.Expiration, backend: "memory", maxWaiting: int64(cfg.MaxWaiting)}
+	c := &Concurrency{max: cfg.Max, expiration: cfg.Expiration, backend: "memory", name: cfg.Name, maxWaiting: int64(cfg.MaxWaiting)}
 	if cfg.Redis != nil {
 		c.backend = "redis"
 	}

@@ -34,6 +34,7 @@ type Limiter struct {
 	records     *idempotencyCache
 	recordStore *guardedStore
 	backend     string                   // DecisionEvent.Backend
+	name        string                   // DecisionEvent.Name: Config.Name
 	windows     [maxLimits]time.Duration // each limit's Decision.Window under base
 
 	// waiting counts the Reservations that hold a waiting place, up to
@@ -84,6 +85,7 @@ func newLimiter(cfg Config) (*Limiter, error) {
 		varyExpiration: cfg.VaryExpiration,
 		baseWindow:     timestep.Millis(cfg.Limits[0].Expiration),
 		maxWaiting:     int64(cfg.MaxWaiting),
+		name:           cfg.Name,
 	}
 	l.longestDelay = longestDelayOf(&l.base)
 	n := l.base.n
@@ -431,6 +433,7 @@ func (l *Limiter) Event(key string, cost int, res *Result) DecisionEvent {
 		r = res.first
 	}
 	return DecisionEvent{
+		Name:       l.name,
 		Key:        key,
 		Allowed:    d.Allowed,
 		Limit:      d.Limit,

@@ -9,6 +9,9 @@ import (
 // module (Fiber v2, Fiber v3, net/http), for its Config.OnDecision. It is
 // passed by value and holds nothing the hook must release.
 type DecisionEvent struct {
+	// Name is the limiter's Config.Name ("" when unset), which tells
+	// apart the limiters of one app in metrics.
+	Name string
 	// Key is the limited key. It may point into the request's buffers:
 	// copy it (strings.Clone) to keep it past the call.
 	Key string

@@ -23,6 +23,7 @@ func (c *Concurrency) Result(s *Slot) Result {
 // set.
 func (c *Concurrency) Event(key string, s *Slot) DecisionEvent {
 	return DecisionEvent{
+		Name:       c.name,
 		Key:        key,
 		Allowed:    s.allowed,
 		Limit:      c.max,
