@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,4 +153,77 @@ func TestMaxDelayInMemoryWithoutAServer(t *testing.T) {
 	app.Get("/*", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
 	code, _ := serveKeyed(app.Handler(), "k")
 	assert.Equal(t, fiber.StatusOK, code)
+}
+
+// On a Redis Cluster of 3 masters, turns and slots hold across replicas as
+// on one Redis, for keys on every master: each key's burst of 12 at once
+// (fixed window, 5 a second, MaxDelay 1.5 s, one frozen clock) gives 10
+// served and 2 rejected, and Concurrency Max 2 never admits a third
+// request of a key while two are held.
+func TestMaxDelayAndConcurrencyOnACluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	clock := &testClock{}
+	clock.now.Store(time.Now().UnixMilli())
+	var turns, slots []fasthttp.RequestHandler
+	release, entered := make(chan struct{}), make(chan struct{}, 12)
+	for range 3 {
+		storage := redis.New(cluster.Client(t))
+		cfg := strict(Config{Max: 5, Expiration: time.Second, MaxDelay: 1500 * time.Millisecond, Storage: storage, Name: "cluster-turns"})
+		cfg.clock = clock.millis
+		turns = append(turns, replicaHandler(cfg))
+		app := fiber.New(fiber.Config{DisableStartupMessage: true})
+		app.Use(New(Config{Max: 2, Expiration: time.Minute, Storage: storage, Name: "cluster-slots", LimiterMiddleware: Concurrency{},
+			KeyGenerator: headerKey, FailurePolicy: FailClosed, StorageTimeout: 10 * time.Second}))
+		app.Get("/hold", func(c *fiber.Ctx) error {
+			entered <- struct{}{}
+			<-release
+			return c.SendStatus(fiber.StatusOK)
+		})
+		app.Get("/*", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+		slots = append(slots, app.Handler())
+	}
+	var wg sync.WaitGroup
+	for k := range 6 { // keys over every master
+		key := "k" + strconv.Itoa(k)
+		wg.Go(func() {
+			var served, rejected atomic.Int64
+			var each sync.WaitGroup
+			for i := range 12 {
+				each.Go(func() {
+					switch code, _ := serveKeyed(turns[i%3], key); code {
+					case fiber.StatusOK:
+						served.Add(1)
+					case fiber.StatusTooManyRequests:
+						rejected.Add(1)
+					default:
+						t.Errorf("status %d", code)
+					}
+				})
+			}
+			each.Wait()
+			assert.Equal(t, int64(10), served.Load(), "key %s", key)
+			assert.Equal(t, int64(2), rejected.Load(), "key %s", key)
+		})
+	}
+	wg.Wait()
+	serve := func(h fasthttp.RequestHandler, path, key string) int {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI(path)
+		ctx.Request.Header.Set("X-Key", key)
+		h(&ctx)
+		return ctx.Response.StatusCode()
+	}
+	var held sync.WaitGroup
+	defer held.Wait()
+	defer close(release)
+	for k := range 6 {
+		key := "s" + strconv.Itoa(k)
+		for i := range 2 {
+			held.Go(func() { serve(slots[i%3], "/hold", key) })
+		}
+		<-entered
+		<-entered // both hold their slots
+		assert.Equal(t, fiber.StatusTooManyRequests, serve(slots[2], "/", key), "two held, a third of %s is refused", key)
+		assert.Equal(t, fiber.StatusTooManyRequests, serve(slots[1], "/", key), "still two held of %s", key)
+	}
 }
