@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -309,4 +310,54 @@ func TestDryRunHoldsNothingBack(t *testing.T) {
 			wg.Wait()
 		})
 	}
+}
+
+// Two Concurrency limiters of one app on one Redis keep their slots
+// apart by Name: without one, New panics rather than let two routes'
+// caps count as one; with their own Names each has its own slots, and
+// with the same Name they share them, as asked.
+func TestConcurrencyLimitersOnOneRedisKeepApart(t *testing.T) {
+	server := redistest.Start(t)
+	store := redis.New(server.Client(t))
+	cfg := Config{Max: 1, Expiration: time.Minute, Storage: store, LimiterMiddleware: Concurrency{}, KeyGenerator: headerKey}
+	first := New(cfg)
+	defer runtime.KeepAlive(first)
+	func() {
+		defer func() {
+			p := recover()
+			require.NotNil(t, p, "a second Concurrency on the Redis without a Name")
+			assert.Contains(t, p, "Name")
+		}()
+		New(cfg)
+	}()
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	holding := func(name string) fasthttp.RequestHandler {
+		c := cfg
+		c.Name = name
+		app := fiber.New(fiber.Config{DisableStartupMessage: true})
+		app.Use(New(c))
+		app.Get("/hold", func(c *fiber.Ctx) error {
+			entered <- struct{}{}
+			<-release
+			return c.SendStatus(fiber.StatusOK)
+		})
+		app.Get("/*", func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusOK) })
+		return app.Handler()
+	}
+	a, b, shared := holding("a"), holding("b"), holding("a")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI("/hold")
+		ctx.Request.Header.Set("X-Key", "k")
+		a(&ctx)
+	}()
+	<-entered // a holds k's one slot
+	code, _ := serveKeyed(shared, "k")
+	assert.Equal(t, fiber.StatusTooManyRequests, code, "the same Name shares a's slot")
+	code, _ = serveKeyed(b, "k")
+	assert.Equal(t, fiber.StatusOK, code, "another Name has slots of its own")
+	close(release)
+	<-done
 }

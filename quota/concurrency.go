@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"fmt"
+	"log"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -50,7 +51,8 @@ type ConcurrencyConfig struct {
 	//
 	//	KeyPrefix + Name + ":slots{" + key + "}"
 	//
-	// which no key of a Limiter with the same KeyPrefix can be.
+	// which no key of a Limiter with the same KeyPrefix can be. Two of one
+	// process on one Redis without a Name: NewConcurrency returns an error.
 	//
 	// Optional. Default: ""
 	Name string
@@ -196,6 +198,11 @@ func NewConcurrency(cfg ConcurrencyConfig) (*Concurrency, error) {
 	}
 	if cfg.Redis != nil {
 		c.remote = newRedisSlots(&cfg)
+		// Two Concurrency values of this process on one Redis with no
+		// Name would share their slots unasked (two routes' caps as one).
+		if err := claimIdentity(c, warnOf(cfg.OnStorageError), cfg.Redis, c.remote.prefix, cfg.Name != ""); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -425,4 +432,21 @@ func (c *Concurrency) failedSlot(key string, policy FailurePolicy, retryClosed t
 		return Slot{limit: c.max, source: SourceFailClosed, retryAfter: retryClosed}, nil
 	}
 	return c.local.acquire(key, SourceFallback), nil
+}
+
+// warnOf is where a Concurrency reports a clash found after New: hook,
+// called on a goroutine of the runtime's (a panic in it is logged), or
+// the standard logger.
+func warnOf(hook func(error)) func(error) {
+	if hook == nil {
+		return func(err error) { log.Print(err) }
+	}
+	return func(err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Printf("limiter: OnStorageError panicked: %v; it was told: %v", p, err)
+			}
+		}()
+		hook(&StorageError{Err: err})
+	}
 }

@@ -21,6 +21,9 @@ func concurrencyReplicas(t *testing.T, srv *redistest.Server, n int, cfg Concurr
 	for i := range cs {
 		c := cfg
 		c.Redis = srv.Client(t)
+		if c.Name == "" {
+			c.Name = "replicas" // one limiter on many replicas: one Name
+		}
 		if c.StorageTimeout == 0 {
 			c.StorageTimeout = slowMachine
 		}
@@ -29,11 +32,15 @@ func concurrencyReplicas(t *testing.T, srv *redistest.Server, n int, cfg Concurr
 	return cs
 }
 
-// slotsKey is where a Concurrency of cfg keeps key's slots in Redis.
+// slotsKey is where a Concurrency of cfg, made by concurrencyReplicas,
+// keeps key's slots in Redis.
 func slotsKey(cfg ConcurrencyConfig, key string) string {
 	prefix := cfg.KeyPrefix
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
+	}
+	if cfg.Name == "" {
+		cfg.Name = "replicas"
 	}
 	return prefix + cfg.Name + ":slots{" + key + "}"
 }

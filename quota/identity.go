@@ -122,11 +122,11 @@ type identityUsers struct {
 }
 
 type identityUser struct {
-	handler weak.Pointer[Limiter]
-	seq     uint64 // the registry's added when it came
-	since   uint64 // its identity's looks when it came
-	named   bool   // its Name was set: sharing it is asked for
-	gone    bool   // its cleanup has run, or a look found it gone
+	alive func() bool // whether its Limiter (or Concurrency) is still reachable
+	seq   uint64      // the registry's added when it came
+	since uint64      // its identity's looks when it came
+	named bool        // its Name was set: sharing it is asked for
+	gone  bool        // its cleanup has run, or a look found it gone
 	// unchecked is where to report a clash that New did not look for,
 	// until lookAgain has.
 	unchecked func(error)
@@ -181,7 +181,7 @@ func storeIdentity(store any) string {
 // returns an error when another live limiter of this process does too and
 // the two did not both ask for it with the same Name; warn is told of a
 // clash found later (see lookAfterGC).
-func claimIdentity(h *Limiter, warn func(error), store any, prefix string, named bool) error {
+func claimIdentity[T any](h *T, warn func(error), store any, prefix string, named bool) error {
 	id := identity{store: storeIdentity(store), prefix: prefix}
 	if id.store == "" {
 		return nil
@@ -190,7 +190,8 @@ func claimIdentity(h *Limiter, warn func(error), store any, prefix string, named
 	defer identities.Unlock()
 	identities.dropIdle()
 	e := identities.users(id)
-	user := identityUser{handler: weak.Make(h), named: named}
+	held := weak.Make(h)
+	user := identityUser{alive: func() bool { return held.Value() != nil }, named: named}
 	if other := e.clash(named); other != nil {
 		if other.since == e.looks && time.Since(e.looked) < clashLookEvery {
 			// Every user met came after a look a moment ago: most likely
@@ -275,7 +276,7 @@ func (r *identityRegistry) look(id identity, named bool) error {
 		live := false
 		for j := range e.users {
 			if u := &e.users[j]; !u.gone && u.clashes(named) {
-				if u.handler.Value() == nil { // just after a collection
+				if !u.alive() { // just after a collection
 					e.markGone(u)
 				} else {
 					live = true
@@ -291,7 +292,7 @@ func (r *identityRegistry) look(id identity, named bool) error {
 }
 
 func clashError(prefix string) error {
-	return fmt.Errorf("limiter: another limiter of this process keeps its state in the same Storage under %q (the same algorithm and Expiration, and no Name); "+
+	return fmt.Errorf("limiter: another limiter of this process keeps its state in the same Storage under %q (the same algorithm and Expiration, or both a Concurrency, and no Name); "+
 		"give each limiter its own Name (Config.Name, say the route: \"login\"), or the same Name to both if they are to share one count", prefix)
 }
 
@@ -405,7 +406,7 @@ func (r *identityRegistry) lookAgain(look laterLook) {
 		case u.gone:
 		case u.seq >= look.before:
 			later = later || u.unchecked != nil
-		case u.handler.Value() == nil: // just after a collection
+		case !u.alive(): // just after a collection
 			e.markGone(u)
 		default:
 			live = append(live, u)
