@@ -292,8 +292,12 @@ func (r *identityRegistry) look(id identity, named bool) error {
 }
 
 func clashError(prefix string) error {
-	return fmt.Errorf("limiter: another limiter of this process keeps its state in the same Storage under %q (the same algorithm and Expiration, or both a Concurrency, and no Name); "+
-		"give each limiter its own Name (Config.Name, say the route: \"login\"), or the same Name to both if they are to share one count", prefix)
+	what := "the same algorithm and Expiration"
+	if strings.HasSuffix(prefix, ":slots{") {
+		what = "both a Concurrency"
+	}
+	return fmt.Errorf("limiter: another limiter of this process keeps its state in the same Storage under %q (%s, and no Name); "+
+		"give each limiter its own Name (Config.Name, say the route: \"login\"), or the same Name to both if they are to share one count", prefix, what)
 }
 
 // userOf names a user: its identity and seq.
