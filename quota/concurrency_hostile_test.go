@@ -275,14 +275,7 @@ func TestConcurrencyRedisTimedOutAcquireLeavesNoSlot(t *testing.T) {
 		defer func() { require.NoError(t, c.Release(ctx, &other)) }()
 		return other.Source() == SourceBackend
 	}, 10*time.Second, 20*time.Millisecond)
-	assert.Eventually(t, func() bool {
-		s, err := c.Acquire(ctx, "other")
-		require.NoError(t, err)
-		require.NoError(t, c.Release(ctx, &s))
-		n, err := admin.ZCard(ctx, slotsKey(cfg, "k")).Result()
-		require.NoError(t, err)
-		return n == 0
-	}, 10*time.Second, 10*time.Millisecond, "slots of a timed-out Acquire left in Redis")
+	settled(t, c, admin, slotsKey(cfg, "k"), "slots of a timed-out Acquire left in Redis")
 	s, err = c.Acquire(ctx, "k")
 	require.NoError(t, err)
 	assert.True(t, s.Allowed(), "k with no request in flight, answered by %v", s.Source())
@@ -407,14 +400,7 @@ func TestConcurrencyRedisReleaseDuringOpenBreakerGivenBack(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	// Each call Redis answers settles an owed slot (one that times out on
 	// a loaded machine stays owed for the next).
-	assert.Eventually(t, func() bool {
-		s, err := c.Acquire(ctx, "other")
-		require.NoError(t, err)
-		require.NoError(t, c.Release(ctx, &s))
-		n, err := admin.ZCard(ctx, slotsKey(cfg, "k")).Result()
-		require.NoError(t, err)
-		return n == 0
-	}, 10*time.Second, 10*time.Millisecond, "k's slot, released during the outage, left in Redis")
+	settled(t, c, admin, slotsKey(cfg, "k"), "k's slot, released during the outage, left in Redis")
 	s, err = c.Acquire(ctx, "k")
 	require.NoError(t, err)
 	assert.True(t, s.Allowed(), "k with no request in flight, answered by %v", s.Source())
@@ -432,4 +418,20 @@ func TestConcurrencyMemoryReleaseOfAnotherLimitersSlotFreesNothing(t *testing.T)
 	other := requireSlot(t, second, "k", true, 0)
 	_ = first.Release(ctx, &other)       // a mistake: other is second's
 	requireSlot(t, first, "k", false, 0) // other's id frees none of first's slots
+}
+
+// settled asserts that the owed slots of c come out of the set stored
+// (a key of c's), as c makes calls that Redis answers: each settles one,
+// and one that times out on a loaded machine stays owed for the next.
+func settled(t *testing.T, c *Concurrency, admin *goredis.Client, stored, msg string) {
+	t.Helper()
+	ctx := context.Background()
+	assert.Eventually(t, func() bool {
+		s, err := c.Acquire(ctx, "other")
+		require.NoError(t, err)
+		require.NoError(t, c.Release(ctx, &s))
+		n, err := admin.ZCard(ctx, stored).Result()
+		require.NoError(t, err)
+		return n == 0
+	}, 10*time.Second, 10*time.Millisecond, msg)
 }
