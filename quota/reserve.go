@@ -67,8 +67,13 @@ func (l *Limiter) Reserve(ctx context.Context, key string, cost int, maxDelay ti
 		r.Result, err = l.decider.takeKey(ctx, key, ls, int64(cost))
 	}
 	// The turn counts from the answer, which comes after the store
-	// decided: a waiter never wakes before its turn.
+	// decided, and one millisecond more: the store's clock counts whole
+	// milliseconds, so its now may lie up to 1 ms behind this one. A
+	// waiter never wakes before its turn.
 	r.turn = time.Now().Add(r.Delay())
+	if r.wait > 0 {
+		r.turn = r.turn.Add(time.Millisecond)
+	}
 	if err != nil {
 		r.Result = Result{}
 	} else {
