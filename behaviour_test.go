@@ -63,7 +63,13 @@ func (fiberV2) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) 
 		cfg.clock = clock.Millis
 	}
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.Use(New(cfg))
+	if bc.Operate != nil {
+		l := NewLimiter(cfg)
+		bc.Operate(l)
+		app.Use(l.Handler())
+	} else {
+		app.Use(New(cfg))
+	}
 	app.Get("/*", func(c *fiber.Ctx) error {
 		switch c.Path() {
 		case behaviour.Bad:

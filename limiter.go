@@ -67,6 +67,14 @@ func newHandler(cfg Config, alg quota.Algorithm) fiber.Handler {
 // buildHandler builds the middleware of s (an algorithm, or Concurrency)
 // for cfg, whose defaults it applies again.
 func buildHandler(cfg Config, s adapter.Settings) fiber.Handler {
+	h, _ := build(cfg, s, false)
+	return h
+}
+
+// build is buildHandler, and it returns the middleware's path. With
+// operated (NewLimiter), the default KeyGenerator's keys are the client's
+// address as text, the keys an operator names.
+func build(cfg Config, s adapter.Settings, operated bool) (fiber.Handler, *adapter.Path) {
 	cfg = configDefault(cfg)
 	h := &fiberpath.Handler[*fiber.Ctx]{
 		Path:           newPath(&cfg, s),
@@ -87,10 +95,10 @@ func buildHandler(cfg Config, s adapter.Settings) fiber.Handler {
 	// The raw-bytes IP key saves formatting the address, but is no text to
 	// show in a header or hand to a hook, nor a key to share with other
 	// replicas.
-	if h.Memory && isDefaultKeyGenerator(cfg.KeyGenerator) && cfg.OnDecision == nil && !cfg.HeaderPartitionKey {
+	if h.Memory && isDefaultKeyGenerator(cfg.KeyGenerator) && cfg.OnDecision == nil && !cfg.HeaderPartitionKey && !operated {
 		h.KeyGenerator = (&ipKeyer{bits: cfg.IPv6Prefix}).key
 	}
-	return h.Serve
+	return h.Serve, h.Path
 }
 
 // framework is what the request path of one limiter needs of Fiber v2.

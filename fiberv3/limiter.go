@@ -58,6 +58,12 @@ func newHandler(config *Config, alg quota.Algorithm) fiber.Handler {
 // buildHandler builds the middleware of s (an algorithm, or Concurrency)
 // for config, whose defaults it applies again.
 func buildHandler(config *Config, s adapter.Settings) fiber.Handler {
+	h, _ := build(config, s)
+	return h
+}
+
+// build is buildHandler, and it returns the middleware's path.
+func build(config *Config, s adapter.Settings) (fiber.Handler, *adapter.Path) {
 	var cfg Config
 	if config == nil {
 		cfg = configDefault()
@@ -94,7 +100,7 @@ func buildHandler(config *Config, s adapter.Settings) fiber.Handler {
 	if bits := cfg.IPv6Prefix; isDefaultKeyGenerator(cfg.KeyGenerator) && bits != 0 && bits != clientaddr.DefaultIPv6Prefix {
 		h.KeyGenerator = func(c fiber.Ctx) string { return clientaddr.Key(c.IP(), bits) }
 	}
-	return h.Serve
+	return h.Serve, path
 }
 
 // framework is what the request path of one limiter needs of Fiber v3.

@@ -65,6 +65,11 @@ func (stdlib) Serve(t *testing.T, bc behaviour.Config, clock *behaviour.Clock) f
 	if bc.Algorithm == behaviour.Concurrency {
 		build = NewConcurrency
 	}
+	if bc.Operate != nil {
+		l := NewLimiter(cfg)
+		bc.Operate(l)
+		build = func(Config) func(http.Handler) http.Handler { return l.Handler() }
+	}
 	h := build(cfg)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case behaviour.Bad:

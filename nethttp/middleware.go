@@ -48,6 +48,12 @@ func NewConcurrency(cfg Config) func(http.Handler) http.Handler {
 // build returns the middleware for cfg: a rate limiter, or with slots a
 // concurrency limiter.
 func build(cfg Config, slots bool) func(http.Handler) http.Handler {
+	m, _ := buildPath(cfg, slots)
+	return m
+}
+
+// buildPath is build, and it returns the middleware's path.
+func buildPath(cfg Config, slots bool) (func(http.Handler) http.Handler, *adapter.Path) {
 	if cfg.Algorithm == 0 {
 		cfg.Algorithm = FixedWindow
 	}
@@ -84,7 +90,7 @@ func build(cfg Config, slots bool) func(http.Handler) http.Handler {
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serve(w, r, next) })
-	}
+	}, l.Path
 }
 
 // remoteKey is the key of the client at r.RemoteAddr ("host:port").

@@ -112,7 +112,7 @@ func FuzzMinInterval(f *testing.F) {
 			cost := arg % (r.burst + 2)
 			before := sts
 			var v Result
-			alg.decideKeyInto(&v, &sts, nil, now, &ls, cost)
+			alg.decideKeyInto(&v, &sts, nil, now, &ls, cost, 0)
 			switch {
 			case v.Allowed() && cost > 0:
 				if last >= 0 && now-last < ls.gap {

@@ -6,25 +6,55 @@ import "time"
 const maxBlock = 365 * 24 * time.Hour
 
 // keyEnds names the state a key keeps after its limits' when it has rules
-// of its own (see limits.states): blockEnd, when its block ends, and
-// gapEnd, when the gap since its last admitted take does (ms; 0: none),
-// as head.lua names them.
+// of its own (see limits.states), or an operator's hold: blockEnd, when
+// its block ends, and gapEnd, when the gap since its last admitted take
+// does (ms; 0: none), as head.lua names them. A hold (Limiter.Block) takes
+// the block's place, its end with holdFlag added, so that no version
+// reads it as a block of its own rule (see head.lua).
 type keyEnds struct{}
 
-// read is s as the key's rules name it.
-func (keyEnds) read(s state) (blockEnd, gapEnd int64) { return s.a, s.b }
+// holdFlag marks a hold's end in the block's place: 2^47 ms, some 4,000
+// years past 1970.
+const holdFlag = 1 << 47
 
-// state is the state of blockEnd and gapEnd.
-func (keyEnds) state(blockEnd, gapEnd int64) state { return state{a: blockEnd, b: gapEnd} }
+// read is s as the key's rules name it, and the end of an operator's hold
+// (0: none), as they stand at now: a hold further ahead than the longest
+// block was not set near now, and holds nothing.
+func (keyEnds) read(s state, now int64) (blockEnd, gapEnd, holdEnd int64) {
+	blockEnd, gapEnd = s.a, s.b
+	if blockEnd >= holdFlag {
+		blockEnd, holdEnd = 0, blockEnd-holdFlag
+		if holdEnd > now+maxBlock.Milliseconds() {
+			holdEnd = 0
+		}
+	}
+	return blockEnd, gapEnd, holdEnd
+}
+
+// holding reports whether s holds an operator's hold at now.
+func (keyEnds) holding(s state, now int64) bool {
+	_, _, holdEnd := keyEnds{}.read(s, now)
+	return holdEnd > now
+}
+
+// state is the state of blockEnd and gapEnd, or of a hold that ends at
+// holdEnd (after now) in the block's place.
+func (keyEnds) state(blockEnd, gapEnd, holdEnd, now int64) state {
+	if holdEnd > now {
+		blockEnd = holdEnd + holdFlag
+	}
+	return state{a: blockEnd, b: gapEnd}
+}
 
 // decideKeyInto is decideInto (decideUpToInto for ls.upTo) under the rules
 // a key keeps beside its limits' counts, in the state after its limits'
 // (keyEnds): ls.block, and ls.gap, the least time between two admitted
-// takes.
+// takes; and under an operator's hold, there or in hold (ms; the
+// in-memory manager keeps holds apart).
 //
-//   - A key whose block has not ended is rejected whatever its counts
-//     (rejectHeld), and its RetryAfter is when the same take would be
-//     admitted: once the block, and for a take of a cost the gap, has
+//   - A key whose block or hold has not ended is rejected whatever its
+//     counts (rejectHeld), and its RetryAfter is when the same take would
+//     be admitted: once the block, and for a take of a cost the gap, has
 //     ended, and its limits have room for it.
 //   - A take of a cost above 0 before the gap since the last admitted one
 //     has passed is rejected in the same way.
@@ -37,27 +67,27 @@ func (keyEnds) state(blockEnd, gapEnd int64) state { return state{a: blockEnd, b
 // An end further ahead than a block or a gap lasts (another setting, or a
 // clock that went back) holds the key no longer than they would. It
 // reports whether the ends changed. The Lua twins do the same.
-func (a Algorithm) decideKeyInto(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64) (changed bool) {
+func (a Algorithm) decideKeyInto(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost, hold int64) (changed bool) {
 	// A rejected take keeps its limits' states as they were read, and not
 	// as its decision read them (plausible): a block it starts is written
 	// with them, and must not write a count of a larger MaxFunc down to
 	// this take's limit. The Lua twins write them as they read them.
 	read := *sts
-	blockEnd, gapEnd := keyEnds{}.read(sts[ls.n])
-	block, gap := a.decideEnds(v, sts, lg, now, ls, cost, blockEnd, gapEnd)
+	blockEnd, gapEnd, holdEnd := keyEnds{}.read(sts[ls.n], now)
+	block, gap := a.decideEnds(v, sts, lg, now, ls, cost, blockEnd, gapEnd, max(holdEnd, hold))
 	if !v.Allowed() {
 		copy(sts[:ls.n], read[:ls.n])
 	}
 	if block == blockEnd && gap == gapEnd {
 		return false
 	}
-	sts[ls.n] = keyEnds{}.state(block, gap)
+	sts[ls.n] = keyEnds{}.state(block, gap, holdEnd, now)
 	return true
 }
 
 // decideEnds is decideKeyInto on the ends it read, which it returns as the
 // decision leaves them.
-func (a Algorithm) decideEnds(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64, blockEnd, gapEnd int64) (int64, int64) {
+func (a Algorithm) decideEnds(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, cost int64, blockEnd, gapEnd, holdEnd int64) (int64, int64) {
 	// The end of a rule this limiter does not have was set by another
 	// version of it (a rolling deploy): not enforced (nor kept: see
 	// limits.stored).
@@ -74,8 +104,12 @@ func (a Algorithm) decideEnds(v *Result, sts *[maxStates]state, lg *logs, now in
 	if spacing && cost > 0 {
 		gapRest = gapEnd - now
 	}
-	if blocking && blockEnd > now {
-		a.rejectHeld(v, sts, lg, now, ls, cost, max(blockEnd-now, gapRest))
+	heldTo := holdEnd
+	if blocking {
+		heldTo = max(heldTo, blockEnd)
+	}
+	if heldTo > now {
+		a.rejectHeld(v, sts, lg, now, ls, cost, max(heldTo-now, gapRest))
 		return blockEnd, gapEnd
 	}
 	if gapRest > 0 {
@@ -140,4 +174,53 @@ func (v *Result) block(rest int64) {
 			d.ResetAfter = max(d.ResetAfter, d.RetryAfter)
 		}
 	}
+}
+
+// peekInto makes v what a take of 1 would find at now, counting nothing
+// (Limiter.Peek): each limit's state as a take of 0 sees it, its
+// RetryAfter the wait of the take of 1, every part Allowed when that take
+// would be admitted. It returns how long (ms) the key is held off whatever
+// its counts: by an operator's hold (in its ends, or hold), a block, or
+// the gap. sts is left as it is. The Lua twins do the same.
+func (a Algorithm) peekInto(v *Result, sts *[maxStates]state, lg *logs, now int64, ls *limits, hold int64) int64 {
+	blockEnd, gapEnd, holdEnd := keyEnds{}.read(sts[ls.n], now)
+	heldTo := max(holdEnd, hold)
+	if ls.block > 0 {
+		heldTo = max(heldTo, min(blockEnd, now+ls.block))
+	}
+	rest := max(0, heldTo-now)
+	if ls.gap > 0 {
+		rest = max(rest, min(gapEnd, now+ls.gap)-now)
+	}
+	var wait Result
+	probe := *sts
+	a.decideInto(&wait, &probe, lg, now, ls, 1)
+	probe = *sts
+	a.decideInto(v, &probe, lg, now, ls, 0)
+	allowed := rest == 0
+	for i := range v.n {
+		d := &v.each[i]
+		d.RetryAfter, d.countedIn = wait.each[i].RetryAfter, 0
+		if d.RetryAfter != 0 {
+			allowed = false
+		}
+		if d.RetryAfter != Never {
+			d.RetryAfter = max(d.RetryAfter, millis(rest))
+		}
+	}
+	for i := range v.n {
+		v.each[i].Allowed = allowed
+	}
+	return rest
+}
+
+// holdUntil is when a hold that an operator sets at now for d ms ends: a
+// block that ends later takes its place (the Lua twins do the same).
+func (ls *limits) holdUntil(s state, now, d int64) int64 {
+	end := now + d
+	if ls.block > 0 {
+		blockEnd, _, _ := keyEnds{}.read(s, now)
+		end = max(end, min(blockEnd, now+ls.block))
+	}
+	return end
 }

@@ -129,7 +129,9 @@ type Config struct {
 	// Penalize ends this process's share. Not with SlidingLog, BlockFor,
 	// MinInterval, VaryMax or VaryExpiration, nor with Now on Redis (New
 	// returns an error, in memory too); TakeUpTo and TakeIdempotent are
-	// decided in the store. In memory it changes nothing. At most an hour.
+	// decided in the store. In memory it changes nothing. At most an hour;
+	// a share is kept 900 ms at most whatever Lease says, so that an
+	// operator's Reset or Block reaches every replica within a second.
 	// See docs/leases.md.
 	//
 	// Optional. Default: 0 (a call per take)
@@ -210,7 +212,9 @@ type Config struct {
 
 	// DenyCacheKeys is how many keys a rejection by Redis or Storage is
 	// remembered for in this process, so that the same request is
-	// rejected here until its RetryAfter, without a call.
+	// rejected here until its RetryAfter, without a call: for 900 ms at
+	// most (then the store decides again), so that an operator's Reset
+	// reaches every replica within a second.
 	//
 	// Optional. Default: 8192
 	DenyCacheKeys int

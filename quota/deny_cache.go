@@ -2,7 +2,6 @@ package quota
 
 import (
 	"hash/maphash"
-	"math"
 	"sync"
 	"time"
 )
@@ -29,7 +28,10 @@ type denyCache struct {
 	more         []denyPart // limits 1 to n-1 of every entry
 	stride       int        // n-1
 	mask         uint64
-	most         int64 // ms a rejection is kept at most (Config.Lease's, with leases)
+	// most is how long (ms) a rejection is kept at most: operatorReach,
+	// so that an operator's Reset reaches every replica within it, or
+	// Config.Lease when shorter.
+	most int64
 }
 
 type denySet struct {
@@ -72,7 +74,7 @@ func newDenyCache(keys, n int) *denyCache {
 		more:   make([]denyPart, sets*denyWays*(n-1)),
 		stride: n - 1,
 		mask:   uint64(sets - 1),
-		most:   math.MaxInt64,
+		most:   operatorReach,
 	}
 }
 

@@ -73,6 +73,12 @@ type remoteBackend interface {
 	backend
 	probe(ctx context.Context) error
 	classify(err error) failureKind
+	// The operators' calls (operators.go): peek and block answer with the
+	// Result of a take of 1 that counts nothing, and how long (ms) the key
+	// is held off whatever its counts.
+	peek(ctx context.Context, key string, ls *limits) (Result, int64, error)
+	block(ctx context.Context, key string, ls *limits, d int64) (Result, int64, error)
+	reset(ctx context.Context, key string) error
 }
 
 // recordKeeper is a backend that keeps TakeIdempotent's records beside

@@ -45,7 +45,7 @@ type leasedStore struct {
 	guard    *guardedStore
 	base     limits // the Limiter's, copied: a timer that outlives it holds no pointer into it
 	alg      Algorithm
-	lease    int64 // Config.Lease, ms
+	lease    int64 // Config.Lease, ms, at most operatorReach
 	perShard int   // entries a shard tracks at most
 	capacity int64 // the largest cost every limit can admit
 	seed     maphash.Seed
@@ -77,7 +77,7 @@ type leaseShard struct {
 func newLeasedStore(guard *guardedStore, base limits, alg Algorithm, lease time.Duration, maxKeys int) *leasedStore {
 	s := &leasedStore{
 		guard: guard, base: base, alg: alg,
-		lease:    max(1, lease.Milliseconds()),
+		lease:    max(1, min(lease.Milliseconds(), operatorReach)),
 		perShard: max(1, min(maxKeys, leaseKeysMost)/leaseShardCount),
 		seed:     maphash.MakeSeed(),
 	}

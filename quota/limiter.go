@@ -33,9 +33,13 @@ type Limiter struct {
 	// Redis store, beside each key's state.
 	records     *idempotencyCache
 	recordStore *guardedStore
-	backend     string                   // DecisionEvent.Backend
-	name        string                   // DecisionEvent.Name: Config.Name
-	windows     [maxLimits]time.Duration // each limit's Decision.Window under base
+	// guard is the guarded store (Redis or Storage), nil in memory; leases
+	// the leased store in front of it, with Lease.
+	guard   *guardedStore
+	leases  *leasedStore
+	backend string                   // DecisionEvent.Backend
+	name    string                   // DecisionEvent.Name: Config.Name
+	windows [maxLimits]time.Duration // each limit's Decision.Window under base
 
 	// waiting counts the Reservations that hold a waiting place, up to
 	// maxWaiting (Config.MaxWaiting); longestDelay bounds Reserve's
@@ -151,14 +155,15 @@ func newLimiter(cfg Config) (*Limiter, error) {
 		}
 	}
 	if guard != nil {
-		l.decider = guard
+		l.decider, l.guard = guard, guard
 		guard.ownedBy(l) // its probes end when l is gone
 		if cfg.Lease > 0 {
-			l.decider = newLeasedStore(guard, l.base, l.alg, cfg.Lease, cfg.MaxKeys)
+			l.leases = newLeasedStore(guard, l.base, l.alg, cfg.Lease, cfg.MaxKeys)
+			l.decider = l.leases
 			if guard.deny != nil {
 				// A rejection stands for a lease at most: by then the
 				// shares out when it was made have come back.
-				guard.deny.most = cfg.Lease.Milliseconds()
+				guard.deny.most = min(guard.deny.most, l.leases.lease)
 			}
 		}
 	}

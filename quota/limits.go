@@ -62,7 +62,16 @@ func (ls *limits) states() int {
 // it, unless it ends later than any rule could have set (maxBlock). Every
 // version reads both (decodeStates). The Lua twins keep them alike.
 func (ls *limits) stored(sts *[maxStates]state, now int64) int {
-	blockEnd, gapEnd := keyEnds{}.read(sts[ls.n])
+	blockEnd, gapEnd, holdEnd := keyEnds{}.read(sts[ls.n], now)
+	if holdEnd > now {
+		// An operator's hold, with the gap's end as these rules keep it:
+		// both ends always (the Lua twins write 12 bytes).
+		if ls.block > 0 && ls.gap == 0 {
+			gapEnd = 0
+		}
+		sts[ls.n] = keyEnds{}.state(0, gapEnd, holdEnd, now)
+		return ls.n + 1
+	}
 	if ls.keyRules() {
 		// Only the ends of its own rules, as the Lua twins write them.
 		if ls.block == 0 {
@@ -71,7 +80,7 @@ func (ls *limits) stored(sts *[maxStates]state, now int64) int {
 		if ls.gap == 0 {
 			gapEnd = 0
 		}
-		sts[ls.n] = keyEnds{}.state(blockEnd, gapEnd)
+		sts[ls.n] = keyEnds{}.state(blockEnd, gapEnd, 0, now)
 		return ls.n + 1
 	}
 	if end := max(blockEnd, gapEnd); end > now && end <= now+maxBlock.Milliseconds() {
@@ -320,6 +329,9 @@ func (a Algorithm) expiryAll(sts *[maxStates]state, ls *limits) int64 {
 	}
 	// The ends of the block and the gap, this limiter's or kept for another
 	// version's (limits.stored); 0 without either.
-	blockEnd, gapEnd := keyEnds{}.read(sts[ls.n])
+	blockEnd, gapEnd := sts[ls.n].a, sts[ls.n].b
+	if blockEnd >= holdFlag {
+		blockEnd -= holdFlag // a hold's end (keyEnds)
+	}
 	return max(exp, blockEnd, gapEnd)
 }

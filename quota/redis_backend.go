@@ -334,3 +334,32 @@ func resultOf(results *[maxLimits]redisengine.Result, n int) Result {
 	}
 	return v
 }
+
+// peek reads key as a take of 1 would find it, counting nothing (see
+// Limiter.Peek): the Result and how long (ms) the key is held off.
+func (b *redisBackend) peek(ctx context.Context, key string, ls *limits) (Result, int64, error) {
+	var rules [maxLimits]redisengine.Rule
+	var results [maxLimits]redisengine.Result
+	held, err := b.engine.PeekAll(ctx, b.prefix+key, b.rules(ls, &rules), results[:ls.n])
+	if err != nil {
+		return Result{}, 0, err
+	}
+	return resultOf(&results, ls.n), held.Milliseconds(), nil
+}
+
+// block holds key off for d ms (see Limiter.Block), and then reads it as
+// peek does.
+func (b *redisBackend) block(ctx context.Context, key string, ls *limits, d int64) (Result, int64, error) {
+	var rules [maxLimits]redisengine.Rule
+	var results [maxLimits]redisengine.Result
+	held, err := b.engine.BlockAll(ctx, b.prefix+key, b.rules(ls, &rules), time.Duration(d)*time.Millisecond, results[:ls.n])
+	if err != nil {
+		return Result{}, 0, err
+	}
+	return resultOf(&results, ls.n), held.Milliseconds(), nil
+}
+
+// reset deletes key's state (see Limiter.Reset).
+func (b *redisBackend) reset(ctx context.Context, key string) error {
+	return b.engine.Reset(ctx, b.prefix+key)
+}

@@ -138,7 +138,7 @@ func FuzzStoredValues(f *testing.F) {
 		}
 		var v Result
 		if ls.keyRules() {
-			alg.decideKeyInto(&v, &read, lg, now, &ls, 1)
+			alg.decideKeyInto(&v, &read, lg, now, &ls, 1, 0)
 		} else {
 			alg.decideInto(&v, &read, lg, now, &ls, 1)
 		}

@@ -232,7 +232,7 @@ func FuzzRetryAfterHeld(f *testing.F) {
 		now := int64(0)
 		take := func(sts *[maxStates]state, at int64, ls *limits, cost int64) Result {
 			var v Result
-			alg.decideKeyInto(&v, sts, lg, at, ls, cost)
+			alg.decideKeyInto(&v, sts, lg, at, ls, cost, 0)
 			return v
 		}
 		for step := 0; step < fuzzMaxOps && len(ops) >= 2; step++ {

@@ -25,8 +25,8 @@ type Storage interface {
 
 // contextStorage is the Storage methods that take the request's context,
 // as Fiber v3's Storage has them: a store that traces a request or stops
-// work for a client that went away needs them. (The Limiter deletes no
-// keys: Delete is not called.)
+// work for a client that went away needs them. (Only Limiter.Reset deletes
+// a key: see deleteWithContext.)
 type contextStorage interface {
 	GetWithContext(ctx context.Context, key string) ([]byte, error)
 	SetWithContext(ctx context.Context, key string, val []byte, exp time.Duration) error
@@ -71,8 +71,8 @@ func (b *storageBackend) take(ctx context.Context, key string, ls *limits, cost 
 		v = Result{}
 		blocked := false
 		switch {
-		case ls.keyRules():
-			blocked = b.alg.decideKeyInto(&v, sts, lg, now, ls, cost)
+		case ls.keyRules() || keyEnds{}.holding(sts[ls.n], now):
+			blocked = b.alg.decideKeyInto(&v, sts, lg, now, ls, cost, 0)
 		case ls.upTo:
 			b.alg.decideUpToInto(&v, sts, lg, now, ls, cost)
 		case ls.turn:
@@ -344,4 +344,56 @@ func decodeLogs(raw []byte, now int64, ls *limits, sts *[maxStates]state, lg *lo
 		}
 	}
 	*sts = read
+}
+
+// peek reads key as a take of 1 would find it, counting nothing (see
+// Limiter.Peek), and writes nothing.
+func (b *storageBackend) peek(ctx context.Context, key string, ls *limits) (Result, int64, error) {
+	var v Result
+	var held int64
+	err := b.modify(ctx, key, ls, false, func(sts *[maxStates]state, lg *logs, now int64) bool {
+		v = Result{}
+		held = b.alg.peekInto(&v, sts, lg, now, ls, 0)
+		return false
+	})
+	return v, held, err
+}
+
+// block holds key off for d ms (see Limiter.Block), its counts kept, and
+// then reads it as peek does.
+func (b *storageBackend) block(ctx context.Context, key string, ls *limits, d int64) (Result, int64, error) {
+	var v Result
+	var held int64
+	err := b.modify(ctx, key, ls, false, func(sts *[maxStates]state, lg *logs, now int64) bool {
+		_, gapEnd, _ := keyEnds{}.read(sts[ls.n], now)
+		sts[ls.n] = keyEnds{}.state(0, gapEnd, ls.holdUntil(sts[ls.n], now, d), now)
+		v = Result{}
+		held = b.alg.peekInto(&v, sts, lg, now, ls, 0)
+		return true
+	})
+	return v, held, err
+}
+
+// reset deletes key's state (see Limiter.Reset), under its lock.
+func (b *storageBackend) reset(ctx context.Context, key string) error {
+	skey := b.prefix + key
+	waited := gaveUp(ctx)
+	if !b.locks.lock(skey, waited.Done()) {
+		return fmt.Errorf("limiter: storage: waiting for the key's lock: %w", waited.Err())
+	}
+	defer b.locks.unlock(skey)
+	del := b.store.Delete
+	if d, ok := b.store.(deleteWithContext); ok {
+		del = func(key string) error { return d.DeleteWithContext(ctx, key) }
+	}
+	if err := del(skey); err != nil {
+		return fmt.Errorf("limiter: storage: delete: %w", err)
+	}
+	return nil
+}
+
+// deleteWithContext is Fiber v3's Delete with the caller's context, which
+// Reset calls when the Storage has it.
+type deleteWithContext interface {
+	DeleteWithContext(ctx context.Context, key string) error
 }

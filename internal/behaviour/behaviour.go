@@ -8,11 +8,14 @@
 package behaviour
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fiberlimit/limiter/quota"
 )
 
 // Algorithm names a LimiterMiddleware in an adapter-neutral way.
@@ -67,6 +70,17 @@ type Config struct {
 	// MaxDelay makes a request wait up to that long for its turn (or a
 	// slot) instead of 429 (MaxDelay).
 	MaxDelay time.Duration
+	// Operate, when set, is given the limiter's operators' controls: the
+	// adapter builds the limiter with its NewLimiter.
+	Operate func(Controls)
+}
+
+// Controls are an adapter's operators' controls (its Limiter's Peek,
+// Reset and Block), for keys as the KeyGenerator makes them.
+type Controls interface {
+	Peek(ctx context.Context, key string) (quota.Status, error)
+	Reset(ctx context.Context, key string) error
+	Block(ctx context.Context, key string, d time.Duration) (quota.Status, error)
 }
 
 // Request is one request to a case's server.

@@ -1,6 +1,7 @@
 package behaviour
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"sync"
@@ -33,6 +34,7 @@ func Run(t *testing.T, a Adapter) {
 		{"IdempotentRetries", idempotentRetries},
 		{"MaxDelay", maxDelay},
 		{"Concurrency", concurrency},
+		{"Operators", operators},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, a) })
@@ -421,4 +423,56 @@ func concurrency(t *testing.T, a Adapter) {
 		assert.Equal(t, http.StatusInternalServerError, send(Request{Path: Boom, Key: "a"}).Status)
 	}
 	assert.Equal(t, http.StatusOK, send(Request{Key: "a"}).Status, "the slots came back")
+}
+
+// Max 2 a minute, built with the adapter's NewLimiter: its controls see a
+// client's state without counting, Reset readmits it, and Block holds it
+// off with a Retry-After of the block's rest whatever its counts, while
+// other clients go on; Reset lifts the block. Every algorithm.
+func operators(t *testing.T, a Adapter) {
+	ctx := context.Background()
+	for _, alg := range Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			clock := &Clock{}
+			var ops Controls
+			send := a.Serve(t, Config{Algorithm: alg, Max: 2, Expiration: time.Minute, KeyFromHeader: true, Operate: func(c Controls) { ops = c }}, clock)
+			require.NotNil(t, ops, "the adapter gave its controls")
+			require.Equal(t, http.StatusOK, send(Request{Key: "a"}).Status)
+			for range 10 {
+				st, err := ops.Peek(ctx, "a")
+				require.NoError(t, err)
+				assert.Equal(t, 1, st.Tightest().Remaining, "peeks count nothing")
+			}
+			require.Equal(t, http.StatusOK, send(Request{Key: "a"}).Status)
+			require.Equal(t, http.StatusTooManyRequests, send(Request{Key: "a"}).Status)
+			st, err := ops.Peek(ctx, "a")
+			require.NoError(t, err)
+			assert.False(t, st.Allowed())
+			assert.Positive(t, st.RetryAfter())
+			assert.False(t, st.Blocked())
+
+			require.NoError(t, ops.Reset(ctx, "a"))
+			r := send(Request{Key: "a"})
+			require.Equal(t, http.StatusOK, r.Status, "Reset readmits the client")
+			assert.Equal(t, "1", r.Header.Get("X-RateLimit-Remaining"))
+
+			st, err = ops.Block(ctx, "a", 30*time.Second)
+			require.NoError(t, err)
+			assert.True(t, st.Blocked())
+			r = send(Request{Key: "a"})
+			require.Equal(t, http.StatusTooManyRequests, r.Status, "blocked with quota left")
+			assert.Equal(t, "30", r.Header.Get("Retry-After"))
+			assert.Equal(t, "0", r.Header.Get("X-RateLimit-Remaining"))
+			clock.Advance(10 * time.Second)
+			assert.Equal(t, "20", send(Request{Key: "a"}).Header.Get("Retry-After"))
+			assert.Equal(t, http.StatusOK, send(Request{Key: "b"}).Status, "another client")
+			require.NoError(t, ops.Reset(ctx, "a"))
+			assert.Equal(t, http.StatusOK, send(Request{Key: "a"}).Status, "Reset lifts the block")
+
+			_, err = ops.Block(ctx, "a", 0)
+			assert.ErrorContains(t, err, "limiter: Block: d is 0s")
+			_, err = ops.Peek(ctx, "")
+			assert.ErrorContains(t, err, "the key is empty")
+		})
+	}
 }

@@ -197,6 +197,25 @@ type Engine interface {
 	// rule, from what it has spent now, whichever window counted them (a
 	// solved captcha, say). results are set as RefundAll sets them.
 	RewardAll(ctx context.Context, key string, rules []Rule, cost int64, results []Result) error
+
+	// PeekAll reads key under every rule and counts nothing, writes
+	// nothing: results[i] is rule i's state as a take of cost 0 sees it
+	// (Remaining, ResetAfter), its RetryAfter the wait of a take of cost 1,
+	// Allowed whether that take would be admitted now. held is how long the
+	// key is held off whatever its counts: by BlockAll, by BlockFor, or by
+	// MinInterval for a take of a cost. Never batched.
+	PeekAll(ctx context.Context, key string, rules []Rule, results []Result) (held time.Duration, err error)
+
+	// BlockAll holds key off for d (above 0, at most 365 days, rounded up
+	// to whole ms) whatever its counts: every take of it is rejected, as
+	// a BlockFor block rejects them, under any rules, until d has passed
+	// (or a BlockFor block that ends later has), or Reset. A later
+	// BlockAll replaces it. It keeps the counts, and answers as PeekAll.
+	BlockAll(ctx context.Context, key string, rules []Rule, d time.Duration, results []Result) (held time.Duration, err error)
+
+	// Reset deletes key's states under every rule, with its hold, block
+	// and gap: its next take finds none.
+	Reset(ctx context.Context, key string) error
 }
 
 // Hooks that storage/redis sets in its init, so that quota reaches the

@@ -66,7 +66,8 @@
 -- The Go twins of this file, in quota: Algorithm.decideRead's passes and
 -- decideUpToInto's pass 0 (limits.go), rule.tooFarAhead (decision.go),
 -- decideKeyInto and decideEnds reading and clamping the key's ends, and
--- rejectHeld's look at the wait (block.go), limits.stored and
+-- rejectHeld's look at the wait, keyEnds.read (a hold), peekInto and
+-- holdUntil (an operator's call) (block.go), limits.stored and
 -- decodeStates (the ends another version wrote), and
 -- idempotencyCache.take (a record's repeats).
 -- The library functions the scripts call, as locals: a global's lookup on
@@ -161,6 +162,23 @@ local up_to, room = floor(flags / 16) % 2 == 1, -1
 -- a take); a rejected one's retries are measured from real_now. Never with up_to, once, blocking or spacing;
 -- never batched.
 local turn_arg = ARGV[2]
+-- An operator's call (quota's Peek and Block): a second argument of 1
+-- byte, a peek, or of 7, a block ('b', then hold_ms, 6 bytes). It decides
+-- a take of request_cost (1) as a held call looks at one (pass 0), then
+-- at cost 0 (pass 1), and counts nothing: its answer is each limit's
+-- state, its retry the wait of the take, admitted when the take would be,
+-- and then how long the key is held off whatever its counts (6 bytes,
+-- ms: a hold, a block, or the gap for a take of a cost). A peek writes
+-- nothing; a block holds the key until request_now + hold_ms (see
+-- hold_end below), and answers as a peek after it. Never batched.
+local peek, hold_ms = false, nil
+if turn_arg and #turn_arg ~= 6 then
+  peek = true
+  if #turn_arg == 7 then
+    hold_ms = unpack('<I6', turn_arg, 2)
+  end
+  turn_arg = nil
+end
 local max_delay, tries = -1, 1
 if turn_arg and request_cost > 0 then
   max_delay, tries = unpack('<I6', turn_arg), 4 -- a cost of 0 waits for nothing
@@ -209,6 +227,15 @@ end
 -- room for its cost by then: pass 0 looks at the take of held_cost, and
 -- each limit's retry there is its wait (the twin of rejectHeld).
 local block_end, gap_end, key_changed, reject_rest, held_cost = 0, 0, false, nil, 0
+-- An operator's hold (quota's Block): until hold_end (ms), every call is
+-- held, whatever its rules, as a block is; a block's rules end it no
+-- sooner. It lives in the block's place, its end with hold_flag (2^47)
+-- added, so that no version reads it as a block of its own rule: a
+-- version that knows no holds reads an end no rule could have set (it
+-- keeps the counts, and drops the end, or holds the key for its own
+-- BlockFor). A hold further ahead than the longest block (max_end_ms) was
+-- not set near now: it holds nothing.
+local hold_end, hold_flag = 0, 140737488355328
 -- Every version of these limits reads the others' values: a value is the
 -- states of the limits (state_size each, from the line before head.lua;
 -- for a log, state_size < 0, the logs of sliding_log_prelude.lua, of any
@@ -241,6 +268,12 @@ if len > 0 and len ~= state_size * n and not (n == 1 and len == state_size1) and
     end
     kept_ends, stored = sub(stored, len - 5), sub(stored, 1, len - 6)
   end
+  if block_end >= hold_flag then
+    hold_end, block_end = block_end - hold_flag, 0
+    if hold_end > request_now + max_end_ms then
+      hold_end = 0
+    end
+  end
   if max(block_end, gap_end) > request_now + max_end_ms then
     kept_ends = '' -- ends no rule could have set: not kept
   end
@@ -251,6 +284,15 @@ end
 if spacing and gap_end > request_now + gap_ms then
   gap_end, key_changed = request_now + gap_ms, true
 end
+if hold_ms then
+  -- A block: the hold ends hold_ms from now, or with a block that ends
+  -- later, which it takes the place of.
+  hold_end, key_changed = request_now + hold_ms, true
+  if blocking and block_end > hold_end then
+    hold_end = block_end
+  end
+  block_end = 0
+end
 local blocked_now = false
 if not refund then
   -- The gap's rest, which a take of a cost waits out even when a block
@@ -259,17 +301,26 @@ if not refund then
   if spacing and request_cost > 0 then
     gap_rest = gap_end - request_now
   end
-  if blocking and block_end > request_now then
-    reject_rest, blocked_now = max(block_end - request_now, gap_rest), true
+  local held_to = hold_end
+  if blocking then
+    held_to = max(held_to, block_end)
+  end
+  if held_to > request_now then
+    reject_rest, blocked_now = max(held_to - request_now, gap_rest), true
   elseif gap_rest > 0 then
     reject_rest = gap_rest
   end
-  if reject_rest then
-    held_cost, request_cost, first_pass = request_cost, 0, 0
+  if reject_rest or peek then
+    held_cost, request_cost, first_pass, tries = request_cost, 0, 0, 1
     if up_to then
       held_cost = min(held_cost, 1) -- a take up to a cost waits for one unit
     end
   end
+end
+-- A peek's rest of a hold, a block or a gap; it is no held call.
+local peek_rest = 0
+if peek then
+  peek_rest, reject_rest = reject_rest or 0, nil
 end
 local found = stored ~= false
 stored = stored or ''

@@ -54,8 +54,8 @@
         if room < 0 or remaining < room then
           room = remaining
         end
-        if reject_rest then
-          -- A held call's look at its cost: the limit's wait (0 when the
+        if reject_rest or peek then
+          -- A held call's (or a peek's) look at its cost: the limit's wait (0 when the
           -- cost fits now), or never.
           if retry < 0 then
             never, retry = never + flag[i], 0
@@ -141,7 +141,7 @@ if tries > 1 then
 elseif turn_arg then
   turn_wait = pack('<I6', 0)
 end
-if not refund and not blocked_now then
+if not refund and not blocked_now and not peek then
   if (reject_rest or admitted == 0) and never == 0 then
     -- A take rejected for the gap, or one the limits reject, blocks the
     -- key, unless no wait would admit it.
@@ -175,6 +175,32 @@ if reject_rest then
     answer = parts
   end
 end
+if peek then
+  -- A peek's answer: each limit's state as a take of 0 sees it, its retry
+  -- the wait of the take (pass 0), at least peek_rest; admitted when no
+  -- limit waits and nothing holds the key (the twin of peekInto).
+  admitted = 0
+  if peek_rest == 0 and never == 0 then
+    admitted = 1
+  end
+  if n == 1 then
+    retry1, counted1 = max(wait1, peek_rest), 0
+    if wait1 > 0 then
+      admitted = 0
+    end
+  else
+    local parts = ''
+    for i = 1, n do
+      local remaining, reset = unpack('<I4I7', answer, 25 * i - 24)
+      local wait = unpack('<I7', waits, 7 * i - 6)
+      if wait > 0 then
+        admitted = 0
+      end
+      parts = parts .. pack('<I4I7I7I7', remaining, reset, max(wait, peek_rest), 0)
+    end
+    answer = parts
+  end
+end
 local granted = ''
 if up_to then
   granted = pack('<I5', admitted * request_cost)
@@ -194,8 +220,13 @@ if refund and found and exp_all > 0 then
     exp_all = max(exp_all, request_now + ttl)
   end
 end
-if key_changed and not write then
-  value, write = stored, true
+if key_changed and not write and (hold_ms or not peek) then
+  -- A block writes the states as they were read, or as a take of 0 reads
+  -- them where they were none, or not states of these rules.
+  if hold_ms == nil or stored ~= '' and not repair then
+    value = stored
+  end
+  write = true
   local ttl = redis.call('PTTL', key)
   if ttl > 0 then
     exp_all = request_now + ttl
@@ -204,8 +235,15 @@ end
 if write then
   -- The ends of the call's rules, as every version of these limits writes
   -- them; without either, the ends another version wrote while they last
-  -- (see head.lua).
-  if blocking and spacing then
+  -- (see head.lua). A hold in force takes the block's place, both ends
+  -- always, the gap's as these rules keep it.
+  if hold_end > request_now then
+    local gap = gap_end
+    if blocking and not spacing then
+      gap = 0
+    end
+    value, exp_all = value .. pack('<I6I6', hold_end + hold_flag, gap), max(exp_all, hold_end, gap)
+  elseif blocking and spacing then
     value, exp_all = value .. pack('<I6I6', block_end, gap_end), max(exp_all, block_end, gap_end)
   elseif blocking then
     value, exp_all = value .. pack('<I6', block_end), max(exp_all, block_end)
@@ -221,7 +259,7 @@ if write then
   else
     redis.call('DEL', key)
   end
-elseif repair and redis.call('PTTL', key) == -1 then
+elseif repair and not peek and redis.call('PTTL', key) == -1 then
   -- A value that was not a state of these rules, left as it is: it gets
   -- a TTL past any time it can still hold the key off, of the longest
   -- limit: its time may lie ahead (by up to `ahead`), and from there its
@@ -246,6 +284,9 @@ else
   reply = pack('<B', admitted + never) .. answer .. granted
 end
 reply = reply .. turn_wait
+if peek then
+  reply = reply .. pack('<I6', peek_rest)
+end
 if once and admitted == 1 then
   redis.call('SET', KEYS[2], once_tag .. reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)
 end

@@ -1,0 +1,264 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Operators' controls: Peek, Reset and Block a key, for an admin endpoint
+// ("why is this customer limited?", "unblock them", "hold this abuser off
+// for an hour").
+//
+// On Redis each is one call, exact across replicas: Peek and Block one
+// script call, Reset a DEL of the key's one value. What a replica keeps
+// of a key besides the store (its deny cache, and with Lease its share)
+// lasts at most operatorReach, so that a Reset or a Block made on one
+// replica holds on every replica within a second; the replica that makes
+// it drops its own at once.
+
+// operatorReach (ms) bounds how long a replica answers a key from what it
+// keeps of it: a rejection in the deny cache, a lease's share. A tenth of
+// the second is left for the calls' round trips and a busy machine.
+const operatorReach = 900
+
+// Status is a key's state under a Limiter, as Peek finds it: what a take
+// of cost 1 would meet now, with nothing counted.
+type Status struct {
+	// Result holds each limit's Decision (Decisions, Tightest): its
+	// Remaining, ResetAfter (until its quota is fully back) and RetryAfter
+	// (until a take of 1 would be admitted: 0 when it would be now, Held
+	// included). Allowed reports whether that take would be admitted now.
+	Result
+	// Held is how long the key is held off whatever its counts: by
+	// Block, by BlockFor after a rejection, or by MinInterval since its
+	// last admitted take; 0 when nothing holds it.
+	Held time.Duration
+}
+
+// Blocked reports whether something holds the key off whatever its
+// counts (Held > 0).
+func (s *Status) Blocked() bool { return s.Held > 0 }
+
+// Peek returns key's state under every limit as a take of cost 1 would
+// find it now, and counts nothing: it is answered by the store (Redis, a
+// Storage or memory), past the deny cache and any lease, and changes
+// nothing there. When the store fails, the error says so (FailurePolicy
+// answers takes, not operators).
+func (l *Limiter) Peek(ctx context.Context, key string) (Status, error) {
+	if err := l.checkOperator("Peek", key); err != nil {
+		return Status{}, err
+	}
+	if l.memory != nil {
+		v, held := l.memory.peek(ctx, key, &l.base)
+		return l.status(v, held), nil
+	}
+	v, held, err := l.guard.peek(ctx, key, &l.base)
+	if err != nil {
+		return Status{}, err
+	}
+	return l.status(v, held), nil
+}
+
+// Reset forgets key's counts under every limit, and its block (Block's
+// and BlockFor's) and gap (MinInterval's): its next take finds none. A
+// take of key made before the Reset and refunded after it may give its
+// units back to the counts made since (up to what the takes in flight at
+// the Reset took). On Redis it holds on every replica within a second.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if err := l.checkOperator("Reset", key); err != nil {
+		return err
+	}
+	if l.memory != nil {
+		l.memory.reset(ctx, key)
+		return nil
+	}
+	err := l.guard.reset(ctx, key)
+	if l.leases != nil {
+		l.leases.drop(key, false)
+	}
+	return err
+}
+
+// Block holds key off for d (above 0, at most 365 days; whole ms) whatever
+// its counts: every take of it is rejected with Remaining 0 and a
+// RetryAfter of at least the rest of d, under this limiter's every limit,
+// until d has passed (or a BlockFor block that ends later has) or Reset
+// lifts it; a later Block replaces it. It counts nothing, keeps the counts,
+// and returns the state it leaves, as Peek would. On Redis it holds on
+// every replica within a second (replicas of versions without Block hold
+// the key for their own BlockFor, if any, and otherwise ignore it).
+func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) (Status, error) {
+	if err := l.checkOperator("Block", key); err != nil {
+		return Status{}, err
+	}
+	if d <= 0 || d > maxBlock {
+		return Status{}, fmt.Errorf("limiter: Block: d is %v; it must be above 0 and at most %v (Reset lifts a block)", d, maxBlock)
+	}
+	ms := ceilDiv(int64(d), int64(time.Millisecond))
+	if l.memory != nil {
+		v, held, err := l.memory.block(ctx, key, &l.base, ms)
+		if err != nil {
+			return Status{}, err
+		}
+		return l.status(v, held), nil
+	}
+	v, held, err := l.guard.block(ctx, key, &l.base, ms)
+	if l.leases != nil {
+		l.leases.drop(key, true)
+	}
+	if err != nil {
+		return Status{}, err
+	}
+	return l.status(v, held), nil
+}
+
+// checkOperator checks an operator's call (name) on key.
+func (l *Limiter) checkOperator(name, key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("limiter: %s: the key is empty", name)
+	case l.varyExpiration:
+		return fmt.Errorf("limiter: %s: a limiter with VaryExpiration (ExpirationFunc) keeps a key's state under each window it was taken with, which %s cannot name", name, name)
+	}
+	return nil
+}
+
+// status is the Status of v, a peek's Result, with held ms.
+func (l *Limiter) status(v Result, held int64) Status {
+	v.source = SourceBackend
+	l.finish(&v, &l.base)
+	return Status{Result: v, Held: millis(held)}
+}
+
+// peek reads key as a take of 1 would find it, counting nothing (see
+// Limiter.Peek).
+func (m *manager) peek(ctx context.Context, key string, ls *limits) (Result, int64) {
+	var buf [32]byte
+	k, klen := entryKey(key, &buf)
+	s, h := m.shardFor(k)
+	now := m.now(ctx)
+	var sts [maxStates]state
+	var v Result
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var lg *logs
+	if i := s.find(k, klen, uint32(h)); i >= 0 && s.entries[i].exp > now {
+		s.load(i, &sts)
+		if s.logStride > 0 {
+			lg = s.rings(i, ls, new(logs))
+		}
+	}
+	held := m.alg.peekInto(&v, &sts, lg, now, ls, max(0, m.holds.end(k)))
+	return v, held
+}
+
+// reset forgets key (see Limiter.Reset): its entry ends now, and its hold.
+func (m *manager) reset(ctx context.Context, key string) {
+	var buf [32]byte
+	k, klen := entryKey(key, &buf)
+	s, h := m.shardFor(k)
+	now := m.now(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := s.find(k, klen, uint32(h)); i >= 0 {
+		var none [maxStates]state
+		s.store(i, &none, min(now, s.entries[i].exp))
+	}
+	m.holds.drop(k)
+}
+
+// block holds key off for d ms (see Limiter.Block) and reads it as peek
+// does; an error when MaxKeys holds are kept already.
+func (m *manager) block(ctx context.Context, key string, ls *limits, d int64) (Result, int64, error) {
+	var buf [32]byte
+	k, klen := entryKey(key, &buf)
+	s, h := m.shardFor(k)
+	now := m.now(ctx)
+	var sts [maxStates]state
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var lg *logs
+	i := s.find(k, klen, uint32(h))
+	if i >= 0 && s.entries[i].exp > now {
+		s.load(i, &sts)
+		if s.logStride > 0 {
+			lg = s.rings(i, ls, new(logs))
+		}
+	}
+	end := ls.holdUntil(sts[ls.n], now, d)
+	if !m.holds.set(strings.Clone(k), end, now) {
+		return Result{}, 0, fmt.Errorf("limiter: Block: %d keys are blocked already, as many as MaxKeys allows", m.holds.most)
+	}
+	if blockEnd, gapEnd, _ := (keyEnds{}).read(sts[ls.n], now); ls.keyRules() && blockEnd != 0 && i >= 0 {
+		// The hold takes the place of a block (which it outlasts), as in
+		// the stores, where both live in one place.
+		sts[ls.n] = keyEnds{}.state(0, gapEnd, 0, now)
+		s.store(i, &sts, s.entries[i].exp)
+	}
+	var v Result
+	held := m.alg.peekInto(&v, &sts, lg, now, ls, end)
+	return v, held, nil
+}
+
+// peek, block and reset are the guarded store's operators' calls: within
+// the call timeout, whatever the breaker says (an operator wants the
+// store's answer), each failure reported as a take's is. Block and reset
+// drop the key's rejection from the deny cache.
+func (g *guardedStore) peek(ctx context.Context, key string, ls *limits) (Result, int64, error) {
+	a, err := call(ctx, g, key, "peek", false, func(ctx context.Context, key string) (opAnswer, error) {
+		v, held, err := g.store.peek(ctx, key, ls)
+		return opAnswer{v, held}, err
+	})
+	return a.v, a.held, err
+}
+
+func (g *guardedStore) block(ctx context.Context, key string, ls *limits, d int64) (Result, int64, error) {
+	a, err := call(ctx, g, key, "block", false, func(ctx context.Context, key string) (opAnswer, error) {
+		v, held, err := g.store.block(ctx, key, ls, d)
+		return opAnswer{v, held}, err
+	})
+	if g.deny != nil {
+		g.deny.forget(key)
+	}
+	return a.v, a.held, err
+}
+
+func (g *guardedStore) reset(ctx context.Context, key string) error {
+	_, err := call(ctx, g, key, "reset", false, func(ctx context.Context, key string) (struct{}, error) {
+		return struct{}{}, g.store.reset(ctx, key)
+	})
+	if g.deny != nil {
+		g.deny.forget(key)
+	}
+	return err
+}
+
+// opAnswer is a peek's or a block's answer through call.
+type opAnswer struct {
+	v    Result
+	held int64
+}
+
+// drop ends key's share on this replica (Limiter.Reset and Block), and
+// any share a grant under way brings: the key is decided in the store
+// again. After a Block, what the share did not spend goes back; after a
+// Reset, nothing does (the counts it was taken from are gone).
+func (s *leasedStore) drop(key string, giveBack bool) {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	e := sh.keys[key]
+	var back *leaseReturn
+	if e != nil {
+		e.penalties++ // a grant under way brings a share ended at once
+		back = e.detach(s)
+		if e.share != nil {
+			e.share.deniedUntil = 0
+		}
+	}
+	sh.mu.Unlock()
+	if back != nil && giveBack {
+		s.giveBack(back)
+	}
+}
