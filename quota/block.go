@@ -8,27 +8,22 @@ const maxBlock = 365 * 24 * time.Hour
 // keyEnds names the state a key keeps after its limits' when it has rules
 // of its own (see limits.states), or an operator's hold: blockEnd, when
 // its block ends, and gapEnd, when the gap since its last admitted take
-// does (ms; 0: none), as head.lua names them. A hold (Limiter.Block) takes
-// the block's place, its end with holdFlag added, so that no version
-// reads it as a block of its own rule (see head.lua).
+// does (ms; 0: none), as head.lua names them. A hold (Limiter.Block) is
+// both ends at its own end: a version that knows no holds keeps it as
+// another version's ends (see head.lua).
 type keyEnds struct{}
-
-// holdFlag marks a hold's end in the block's place: 2^47 ms, some 4,000
-// years past 1970.
-const holdFlag = 1 << 47
 
 // read is s as the key's rules name it, and the end of an operator's hold
 // (0: none), as they stand at now: a hold further ahead than the longest
 // block was not set near now, and holds nothing.
 func (keyEnds) read(s state, now int64) (blockEnd, gapEnd, holdEnd int64) {
-	blockEnd, gapEnd = s.a, s.b
-	if blockEnd >= holdFlag {
-		blockEnd, holdEnd = 0, blockEnd-holdFlag
-		if holdEnd > now+maxBlock.Milliseconds() {
-			holdEnd = 0
+	if s.a == s.b && s.a > 0 {
+		if s.a > now+maxBlock.Milliseconds() {
+			return 0, 0, 0
 		}
+		return 0, 0, s.a
 	}
-	return blockEnd, gapEnd, holdEnd
+	return s.a, s.b, 0
 }
 
 // holding reports whether s holds an operator's hold at now.
@@ -38,10 +33,10 @@ func (keyEnds) holding(s state, now int64) bool {
 }
 
 // state is the state of blockEnd and gapEnd, or of a hold that ends at
-// holdEnd (after now) in the block's place.
+// holdEnd (after now).
 func (keyEnds) state(blockEnd, gapEnd, holdEnd, now int64) state {
 	if holdEnd > now {
-		blockEnd = holdEnd + holdFlag
+		return state{a: holdEnd, b: holdEnd}
 	}
 	return state{a: blockEnd, b: gapEnd}
 }
@@ -215,7 +210,8 @@ func (a Algorithm) peekInto(v *Result, sts *[maxStates]state, lg *logs, now int6
 }
 
 // holdUntil is when a hold that an operator sets at now for d ms ends: a
-// block that ends later takes its place (the Lua twins do the same).
+// block that ends later, whose place it takes, ends it no sooner (the Lua
+// twins do the same).
 func (ls *limits) holdUntil(s state, now, d int64) int64 {
 	end := now + d
 	if ls.block > 0 {

@@ -1,62 +1,54 @@
 package quota
 
-import (
-	"sync"
-	"sync/atomic"
-)
-
 // holds keeps the operators' holds (Limiter.Block) of an in-memory
-// limiter, apart from the keys' entries: an entry keeps the ends of a
+// limiter's shard, apart from its entries: an entry keeps the ends of a
 // key's rules only when the limiter has some (BlockFor, MinInterval), and
-// a hold must hold any key. A take looks here only while some hold is
-// kept (count), one atomic load otherwise.
+// a hold must hold any key. The shard's lock guards it, which a take holds
+// already: while no hold runs (until), a take's look costs a comparison.
 type holds struct {
-	count atomic.Int64 // len(ends)
-	mu    sync.Mutex
+	until int64            // the latest end of a hold kept (ms), 0 for none
 	ends  map[string]int64 // entry key (entryKey) -> the hold's end, ms on the manager's clock
-	most  int
 }
 
-// end returns when key's hold ends, 0 for none.
-func (h *holds) end(key string) int64 {
-	if h.count.Load() == 0 {
+// end returns when key's hold ends at now, 0 for none that runs.
+func (h *holds) end(key string, now int64) int64 {
+	if h.until <= now {
 		return 0
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.ends[key]
+	if end := h.ends[key]; end > now {
+		return end
+	}
+	return 0
 }
 
 // set holds key until end, replacing its hold, unless h keeps most holds
 // that have not ended at now: it reports whether it did.
-func (h *holds) set(key string, end, now int64) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ends == nil {
-		h.ends = make(map[string]int64)
+func (h *holds) set(key string, end, now int64, most int) bool {
+	if h.ends == nil || h.until <= now {
+		h.ends = make(map[string]int64) // every hold has ended
 	}
-	if _, ok := h.ends[key]; !ok && len(h.ends) >= h.most {
+	if _, ok := h.ends[key]; !ok && len(h.ends) >= most {
 		for k, e := range h.ends {
 			if e <= now {
 				delete(h.ends, k)
 			}
 		}
-		if len(h.ends) >= h.most {
+		if len(h.ends) >= most {
 			return false
 		}
 	}
 	h.ends[key] = end
-	h.count.Store(int64(len(h.ends)))
+	h.until = max(h.until, end)
 	return true
 }
 
 // drop lifts key's hold.
 func (h *holds) drop(key string) {
-	if h.count.Load() == 0 {
+	if h.until == 0 {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	delete(h.ends, key)
-	h.count.Store(int64(len(h.ends)))
+	if len(h.ends) == 0 {
+		h.until = 0
+	}
 }

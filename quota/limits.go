@@ -64,12 +64,7 @@ func (ls *limits) states() int {
 func (ls *limits) stored(sts *[maxStates]state, now int64) int {
 	blockEnd, gapEnd, holdEnd := keyEnds{}.read(sts[ls.n], now)
 	if holdEnd > now {
-		// An operator's hold, with the gap's end as these rules keep it:
-		// both ends always (the Lua twins write 12 bytes).
-		if ls.block > 0 && ls.gap == 0 {
-			gapEnd = 0
-		}
-		sts[ls.n] = keyEnds{}.state(0, gapEnd, holdEnd, now)
+		sts[ls.n] = keyEnds{}.state(0, 0, holdEnd, now) // an operator's hold
 		return ls.n + 1
 	}
 	if ls.keyRules() {
@@ -329,9 +324,5 @@ func (a Algorithm) expiryAll(sts *[maxStates]state, ls *limits) int64 {
 	}
 	// The ends of the block and the gap, this limiter's or kept for another
 	// version's (limits.stored); 0 without either.
-	blockEnd, gapEnd := sts[ls.n].a, sts[ls.n].b
-	if blockEnd >= holdFlag {
-		blockEnd -= holdFlag // a hold's end (keyEnds)
-	}
-	return max(exp, blockEnd, gapEnd)
+	return max(exp, sts[ls.n].a, sts[ls.n].b) // the ends, or a hold's (keyEnds)
 }

@@ -64,16 +64,13 @@ type manager struct {
 	origin   time.Time
 	seed     maphash.Seed
 	rotor    atomic.Uint32
-	// holds are the operators' (Limiter.Block); see holds.
-	holds  holds
-	shards [shardCount]shard
+	shards   [shardCount]shard
 }
 
 // newManager returns a manager deciding with alg under n limits (1 to
 // maxLimits) for at most about maxKeys keys.
 func newManager(alg Algorithm, n, maxKeys int, clock func() int64) *manager {
 	m := &manager{alg: alg, more: n - 1, clock: clock, origin: time.Now(), seed: maphash.MakeSeed()}
-	m.holds.most = max(maxKeys, 1)
 	perShard := 1 // maxKeys / shardCount rounded up, without overflow
 	if maxKeys > 0 {
 		perShard = (maxKeys-1)/shardCount + 1
@@ -191,11 +188,7 @@ func (m *manager) takeInto(ctx context.Context, key string, ls *limits, cost int
 		}
 	}
 	blocked := false // the key's block changed
-	hold := m.holds.end(k)
-	if hold != 0 && hold <= now {
-		m.holds.drop(k)
-		hold = 0
-	}
+	hold := s.holds.end(k, now)
 	switch {
 	case ls.keyRules() || hold != 0:
 		blocked = m.alg.decideKeyInto(v, &sts, lg, now, ls, cost, hold)

@@ -29,7 +29,9 @@ type Status struct {
 	// Result holds each limit's Decision (Decisions, Tightest): its
 	// Remaining, ResetAfter (until its quota is fully back) and RetryAfter
 	// (until a take of 1 would be admitted: 0 when it would be now, Held
-	// included). Allowed reports whether that take would be admitted now.
+	// included). Allowed reports whether that take would be admitted now,
+	// under every limit: each Decision's Allowed says the same; a limit of
+	// its own would admit it when its RetryAfter is 0.
 	Result
 	// Held is how long the key is held off whatever its counts: by
 	// Block, by BlockFor after a rejection, or by MinInterval since its
@@ -88,7 +90,8 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // lifts it; a later Block replaces it. It counts nothing, keeps the counts,
 // and returns the state it leaves, as Peek would. On Redis it holds on
 // every replica within a second (replicas of versions without Block hold
-// the key for their own BlockFor, if any, and otherwise ignore it).
+// the key for their own BlockFor, if any, and otherwise ignore it). While
+// the store is out of reach, FailurePolicy answers takes without it.
 func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) (Status, error) {
 	if err := l.checkOperator("Block", key); err != nil {
 		return Status{}, err
@@ -150,7 +153,7 @@ func (m *manager) peek(ctx context.Context, key string, ls *limits) (Result, int
 			lg = s.rings(i, ls, new(logs))
 		}
 	}
-	held := m.alg.peekInto(&v, &sts, lg, now, ls, max(0, m.holds.end(k)))
+	held := m.alg.peekInto(&v, &sts, lg, now, ls, s.holds.end(k, now))
 	return v, held
 }
 
@@ -166,7 +169,7 @@ func (m *manager) reset(ctx context.Context, key string) {
 		var none [maxStates]state
 		s.store(i, &none, min(now, s.entries[i].exp))
 	}
-	m.holds.drop(k)
+	s.holds.drop(k)
 }
 
 // block holds key off for d ms (see Limiter.Block) and reads it as peek
@@ -188,13 +191,13 @@ func (m *manager) block(ctx context.Context, key string, ls *limits, d int64) (R
 		}
 	}
 	end := ls.holdUntil(sts[ls.n], now, d)
-	if !m.holds.set(strings.Clone(k), end, now) {
-		return Result{}, 0, fmt.Errorf("limiter: Block: %d keys are blocked already, as many as MaxKeys allows", m.holds.most)
+	if !s.holds.set(strings.Clone(k), end, now, s.limit) {
+		return Result{}, 0, fmt.Errorf("limiter: Block: as many keys are blocked already as MaxKeys allows (%d in this key's shard of %d)", s.limit, shardCount)
 	}
-	if blockEnd, gapEnd, _ := (keyEnds{}).read(sts[ls.n], now); ls.keyRules() && blockEnd != 0 && i >= 0 {
-		// The hold takes the place of a block (which it outlasts), as in
-		// the stores, where both live in one place.
-		sts[ls.n] = keyEnds{}.state(0, gapEnd, 0, now)
+	if ls.keyRules() && i >= 0 && sts[ls.n] != (state{}) {
+		// The hold takes the place of the block (which it outlasts) and of
+		// the gap, as in the stores, where it is both ends.
+		sts[ls.n] = state{}
 		s.store(i, &sts, s.entries[i].exp)
 	}
 	var v Result

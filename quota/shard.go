@@ -44,6 +44,7 @@ type shard struct {
 	logOff    [maxLimits + 1]int
 	atCap     int // inserts at the cap since the last compaction there
 	rnd       uint64
+	holds     holds    // the operators' holds of the shard's keys
 	_         [32]byte // keep shards on separate cache lines
 }
 

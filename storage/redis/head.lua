@@ -229,13 +229,15 @@ end
 local block_end, gap_end, key_changed, reject_rest, held_cost = 0, 0, false, nil, 0
 -- An operator's hold (quota's Block): until hold_end (ms), every call is
 -- held, whatever its rules, as a block is; a block's rules end it no
--- sooner. It lives in the block's place, its end with hold_flag (2^47)
--- added, so that no version reads it as a block of its own rule: a
--- version that knows no holds reads an end no rule could have set (it
--- keeps the counts, and drops the end, or holds the key for its own
--- BlockFor). A hold further ahead than the longest block (max_end_ms) was
--- not set near now: it holds nothing.
-local hold_end, hold_flag = 0, 140737488355328
+-- sooner. A value keeps it as both ends of 12 bytes, the block's and the
+-- gap's each hold_end: a version that knows no holds and has neither rule
+-- keeps such ends as they are while they last, for the versions that
+-- enforce them (a version with BlockFor reads them as a block, which it
+-- shortens to its own; one with MinInterval alone, as a gap). No two ends
+-- of rules are alike but by chance, and then both hold the key as long. A
+-- hold further ahead than the longest block (max_end_ms) was not set near
+-- now: it holds nothing.
+local hold_end = 0
 -- Every version of these limits reads the others' values: a value is the
 -- states of the limits (state_size each, from the line before head.lua;
 -- for a log, state_size < 0, the logs of sliding_log_prelude.lua, of any
@@ -260,6 +262,12 @@ if len > 0 and len ~= state_size * n and not (n == 1 and len == state_size1) and
   if len >= 12 and fits(len - 12) then
     block_end, gap_end = unpack('<I6I6', stored, len - 11)
     kept_ends, stored = sub(stored, len - 11), sub(stored, 1, len - 12)
+    if block_end == gap_end and block_end > 0 then
+      hold_end, block_end, gap_end = block_end, 0, 0
+      if hold_end > request_now + max_end_ms then
+        hold_end = 0
+      end
+    end
   elseif len >= 6 and fits(len - 6) then
     if blocking and not spacing then
       block_end = unpack('<I6', stored, len - 5)
@@ -267,12 +275,6 @@ if len > 0 and len ~= state_size * n and not (n == 1 and len == state_size1) and
       gap_end = unpack('<I6', stored, len - 5)
     end
     kept_ends, stored = sub(stored, len - 5), sub(stored, 1, len - 6)
-  end
-  if block_end >= hold_flag then
-    hold_end, block_end = block_end - hold_flag, 0
-    if hold_end > request_now + max_end_ms then
-      hold_end = 0
-    end
   end
   if max(block_end, gap_end) > request_now + max_end_ms then
     kept_ends = '' -- ends no rule could have set: not kept
@@ -286,12 +288,12 @@ if spacing and gap_end > request_now + gap_ms then
 end
 if hold_ms then
   -- A block: the hold ends hold_ms from now, or with a block that ends
-  -- later, which it takes the place of.
+  -- later; it takes the place of the block and of the gap.
   hold_end, key_changed = request_now + hold_ms, true
   if blocking and block_end > hold_end then
     hold_end = block_end
   end
-  block_end = 0
+  block_end, gap_end = 0, 0
 end
 local blocked_now = false
 if not refund then

@@ -108,10 +108,10 @@ func beforeHolds(t *testing.T, alg Algorithm) *goredis.Script {
 
 // A rolling deploy that brings Block: a replica of the release before
 // meets a key this release holds, and keeps its counts (it admits exactly
-// what is left, never a fresh quota), holding the key for its own
-// BlockFor if it has one and otherwise ignoring the hold; nor does it
-// lock the key out for longer than its rules would. Every algorithm, with
-// BlockFor and without.
+// what is left, never a fresh quota). Without BlockFor it ignores the hold
+// and keeps it for this release's replicas, which still find the key held
+// after its takes; with BlockFor it holds the key for its own BlockFor
+// (shortening the hold to that), and never longer. Every algorithm.
 func TestHoldsMeetTheReleaseBefore(t *testing.T) {
 	c := newClock()
 	store, rdb, _ := newStore(t, c)
@@ -152,6 +152,14 @@ func TestHoldsMeetTheReleaseBefore(t *testing.T) {
 					}
 				}
 				assert.Equal(t, 4, admitted, "the counts are kept: what is left, and no more")
+				if block == 0 {
+					held, err := store.PeekAll(ctx, key, rules, results)
+					require.NoError(t, err)
+					assert.InDelta(t, float64(time.Hour), float64(held), float64(time.Second), "the hold outlives the old replica's takes")
+					ok, err := store.TakeAll(ctx, key, rules, 0, results)
+					require.NoError(t, err)
+					assert.False(t, ok, "held on this release's replicas")
+				}
 			})
 		}
 	}

@@ -235,14 +235,9 @@ end
 if write then
   -- The ends of the call's rules, as every version of these limits writes
   -- them; without either, the ends another version wrote while they last
-  -- (see head.lua). A hold in force takes the block's place, both ends
-  -- always, the gap's as these rules keep it.
+  -- (see head.lua). A hold in force is both ends (see head.lua).
   if hold_end > request_now then
-    local gap = gap_end
-    if blocking and not spacing then
-      gap = 0
-    end
-    value, exp_all = value .. pack('<I6I6', hold_end + hold_flag, gap), max(exp_all, hold_end, gap)
+    value, exp_all = value .. pack('<I6I6', hold_end, hold_end), max(exp_all, hold_end)
   elseif blocking and spacing then
     value, exp_all = value .. pack('<I6I6', block_end, gap_end), max(exp_all, block_end, gap_end)
   elseif blocking then
