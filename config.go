@@ -206,8 +206,8 @@ type Config struct {
 
 	// Lease, when above 0 and Storage is set, lets each replica decide a
 	// busy client's requests from a share of its quota that it takes from
-	// the Storage (Redis) in one call and keeps for at most Lease, instead
-	// of a call per request: replicas together still never admit more than
+	// the Storage (Redis) in one call and keeps for at most Lease (and 900
+	// ms at most), instead of a call per request: replicas together still never admit more than
 	// Max. Not with MaxFunc, BlockFor, MinInterval, SlidingLog{}, or
 	// TokenBucket{} with Skip*Requests (New panics). See quota.Config.Lease
 	// and docs/leases.md.

@@ -57,11 +57,10 @@ Load generator, in another terminal: %d requests to /demo, round-robin over the 
 	if redis == nil {
 		b.WriteString("The /demo quota lasts an hour; restart the replicas to start over.\n")
 	} else {
-		// Deleting the key alone is not enough: each replica's deny cache
-		// rejects the key until the Retry-After of its last rejection.
-		fmt.Fprintf(&b, "The /demo quota lasts an hour, in Redis. To start over, stop the replicas, run\n"+
+		// A replica's deny cache keeps a rejection for 900 ms at most.
+		fmt.Fprintf(&b, "The /demo quota lasts an hour, in Redis. To start over, run\n"+
 			"  %s\n"+
-			"and start them again (each replica remembers a rejected key until its Retry-After).\n",
+			"and every replica admits again within a second.\n",
 			redis.cli("DEL "+demo.redisKey()))
 	}
 	_, _ = io.WriteString(w, b.String())

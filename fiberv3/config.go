@@ -189,8 +189,8 @@ type Config struct {
 	MinInterval time.Duration
 
 	// Lease lets each replica decide a busy client's requests from a share
-	// of its quota in Redis, kept for at most Lease, instead of a call per
-	// request; never more than the limit across replicas
+	// of its quota in Redis, kept for at most Lease (900 ms at most),
+	// instead of a call per request; never more than the limit across replicas
 	// (quota.Config.Lease, docs/leases.md).
 	//
 	// Optional. Default: 0 (a Redis call per request)

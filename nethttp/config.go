@@ -172,7 +172,8 @@ type Config struct {
 	MinInterval time.Duration
 
 	// Lease, when above 0 and Redis is set, lets each replica decide a busy
-	// client's requests from a share of its quota, kept for at most Lease,
+	// client's requests from a share of its quota, kept for at most Lease
+	// (900 ms at most),
 	// instead of a Redis call per request; see quota.Config.Lease.
 	//
 	// Optional. Default: 0 (a Redis call per request)

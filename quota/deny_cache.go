@@ -13,8 +13,8 @@ const maxDenyCacheKeys = 1 << 24
 const denyWays = 4
 
 // denyCache remembers keys a store rejected, so that the same request is
-// rejected locally until its RetryAfter has passed, without a call to the
-// store. It is a set-associative table of fixed size, allocated once: a key
+// rejected locally until its RetryAfter has passed (most ms at most),
+// without a call to the store. It is a set-associative table of fixed size, allocated once: a key
 // hashes to one set of denyWays entries under one lock, and a new key takes
 // an empty or ended entry, else the one that ends first. Keys are kept as
 // two 64-bit hashes with per-cache random seeds, never as their bytes, so

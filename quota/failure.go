@@ -39,7 +39,8 @@ const (
 	// store: there is no fallback, and the breaker never keeps calls off
 	// it, so each request waits for its own call, up to StorageTimeout
 	// (a rejection that the store made earlier is still answered by the
-	// deny cache until its RetryAfter, unless DisableDenyCache is set).
+	// deny cache until its RetryAfter, for 900 ms at most, unless
+	// DisableDenyCache is set).
 	// The middlewares hand the error to the framework's error handler,
 	// which usually answers 500. It is what Fiber's own limiter does with
 	// a storage error: choose it when a request that cannot be counted

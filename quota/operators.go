@@ -41,7 +41,7 @@ type Status struct {
 
 // Blocked reports whether something holds the key off whatever its
 // counts (Held > 0).
-func (s *Status) Blocked() bool { return s.Held > 0 }
+func (s Status) Blocked() bool { return s.Held > 0 }
 
 // Peek returns key's state under every limit as a take of cost 1 would
 // find it now, and counts nothing: it is answered by the store (Redis, a
@@ -67,7 +67,9 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Status, error) {
 // and BlockFor's) and gap (MinInterval's): its next take finds none. A
 // take of key made before the Reset and refunded after it may give its
 // units back to the counts made since (up to what the takes in flight at
-// the Reset took). On Redis it holds on every replica within a second.
+// the Reset took), and with Lease, what other replicas' shares held at the
+// Reset is spent or given back over the next 900 ms in the same way. On
+// Redis it holds on every replica within a second.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := l.checkOperator("Reset", key); err != nil {
 		return err
@@ -89,9 +91,11 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // until d has passed (or a BlockFor block that ends later has) or Reset
 // lifts it; a later Block replaces it. It counts nothing, keeps the counts,
 // and returns the state it leaves, as Peek would. On Redis it holds on
-// every replica within a second (replicas of versions without Block hold
-// the key for their own BlockFor, if any, and otherwise ignore it). While
-// the store is out of reach, FailurePolicy answers takes without it.
+// every replica within a second: replicas of a release without Block
+// ignore the hold and keep it for the others, but one with BlockFor cuts it
+// to its BlockFor (Block again once the deploy is done). While the store is
+// out of reach, FailurePolicy answers takes without it. In memory it keeps
+// at most MaxKeys holds at once: beyond, Block returns an error.
 func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) (Status, error) {
 	if err := l.checkOperator("Block", key); err != nil {
 		return Status{}, err
@@ -207,10 +211,11 @@ func (m *manager) block(ctx context.Context, key string, ls *limits, d int64) (R
 
 // peek, block and reset are the guarded store's operators' calls: within
 // the call timeout, whatever the breaker says (an operator wants the
-// store's answer), each failure reported as a take's is. Block and reset
-// drop the key's rejection from the deny cache.
+// store's answer), and apart from it (an admin endpoint's failing calls
+// do not open it for the traffic). Block and reset drop the key's
+// rejection from the deny cache.
 func (g *guardedStore) peek(ctx context.Context, key string, ls *limits) (Result, int64, error) {
-	a, err := call(ctx, g, key, "peek", false, func(ctx context.Context, key string) (opAnswer, error) {
+	a, err := within(ctx, g, key, func(ctx context.Context, key string) (opAnswer, error) {
 		v, held, err := g.store.peek(ctx, key, ls)
 		return opAnswer{v, held}, err
 	})
@@ -218,7 +223,7 @@ func (g *guardedStore) peek(ctx context.Context, key string, ls *limits) (Result
 }
 
 func (g *guardedStore) block(ctx context.Context, key string, ls *limits, d int64) (Result, int64, error) {
-	a, err := call(ctx, g, key, "block", false, func(ctx context.Context, key string) (opAnswer, error) {
+	a, err := within(ctx, g, key, func(ctx context.Context, key string) (opAnswer, error) {
 		v, held, err := g.store.block(ctx, key, ls, d)
 		return opAnswer{v, held}, err
 	})
@@ -229,7 +234,7 @@ func (g *guardedStore) block(ctx context.Context, key string, ls *limits, d int6
 }
 
 func (g *guardedStore) reset(ctx context.Context, key string) error {
-	_, err := call(ctx, g, key, "reset", false, func(ctx context.Context, key string) (struct{}, error) {
+	_, err := within(ctx, g, key, func(ctx context.Context, key string) (struct{}, error) {
 		return struct{}{}, g.store.reset(ctx, key)
 	})
 	if g.deny != nil {

@@ -168,7 +168,7 @@ func TestOperatorsRefuseBadInput(t *testing.T) {
 	require.NoError(t, err)
 	huge := string(make([]byte, 2<<20))
 	_, err = l.Block(ctx, huge, time.Minute)
-	assert.ErrorContains(t, err, "limiter: block")
+	assert.ErrorContains(t, err, "limiter: redis block")
 	assert.Error(t, l.Reset(ctx, huge))
 	keys, err := rdb.DBSize(ctx).Result()
 	require.NoError(t, err)
