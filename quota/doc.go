@@ -29,6 +29,10 @@
 // while Redis fails, FailurePolicy decides: in memory per process
 // (FailFallback, the default), admit (FailOpen) or reject (FailClosed).
 //
+// Operators see a key's state without counting (Peek), forget its counts
+// (Reset) and hold it off for a while whatever its counts (Block); on
+// Redis each holds on every process within a second.
+//
 //	limiter, err := quota.New(quota.Config{
 //		Limits: []quota.Limit{quota.PerSecond(10), quota.PerHour(1000)},
 //		Redis:  client,
