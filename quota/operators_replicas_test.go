@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -174,4 +175,40 @@ func TestOperatorsRefuseBadInput(t *testing.T) {
 	keys, err := rdb.DBSize(ctx).Result()
 	require.NoError(t, err)
 	assert.LessOrEqual(t, keys, int64(2), "nothing written but the limiters' probe keys")
+}
+
+// On a Redis Cluster of 3 masters, with 2 replicas each with its own
+// cluster client: keys on every master are peeked without counting,
+// blocked on one replica and rejected on the other (its Retry-After the
+// block's), and reset on the other, after which both admit them again.
+func TestOperatorsOnACluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	var rs []*Limiter
+	for range 2 {
+		l, err := New(Config{Limits: []Limit{PerMinute(3)}, Redis: cluster.Client(t), Name: "cluster-ops", StorageTimeout: 10 * time.Second})
+		require.NoError(t, err)
+		rs = append(rs, l)
+	}
+	a, b := rs[0], rs[1]
+	for k := range 9 { // keys over every master
+		key := "customer-" + strconv.Itoa(k)
+		requireAllowed(t, a, key)
+		for range 5 {
+			st, err := b.Peek(ctx, key)
+			require.NoError(t, err)
+			require.Equal(t, 2, st.Tightest().Remaining, "%s: peeks count nothing", key)
+		}
+		st, err := a.Block(ctx, key, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, time.Hour, st.Held)
+		res, err := b.Take(ctx, key, 1)
+		require.NoError(t, err)
+		require.False(t, res.Allowed(), "%s: held on the other replica", key)
+		require.InDelta(t, float64(time.Hour), float64(res.RetryAfter()), float64(5*time.Second))
+		require.NoError(t, b.Reset(ctx, key))
+		requireAllowed(t, b, key)
+		took, _ := untilTaken(t, a, key, true)
+		require.Less(t, took, time.Second+operatorReachSlack, "%s: Reset reaches the other replica", key)
+	}
 }
