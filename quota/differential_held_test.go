@@ -35,14 +35,7 @@ func TestHeldTakesMatchAcrossBackends(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		for _, c := range cases {
 			t.Run(alg.name()+"/"+c.name, func(t *testing.T) {
-				ls := limits{n: len(c.rules), block: c.block, gap: c.gap}
-				for i, r := range c.rules {
-					r.burst = r.max
-					if alg == TokenBucket {
-						r.burst = r.max + int64(i) + 1
-					}
-					ls.r[i] = r
-				}
+				ls := traceLimits(alg, c.rules, c.block, c.gap)
 				const base = int64(1_700_000_000_000)
 				clock := newTraceClock(base)
 				prefix := "held:" + alg.name() + ":" + c.name + ":"
@@ -132,4 +125,19 @@ func TestHeldTakesMatchAcrossBackends(t *testing.T) {
 			})
 		}
 	}
+}
+
+// traceLimits is the limits of a trace's rules, with BlockFor block and
+// MinInterval gap (ms): each rule's burst is its max, and for the token
+// bucket above it (by 1 for the first rule, 2 for the second, ...).
+func traceLimits(alg Algorithm, rules []rule, block, gap int64) limits {
+	ls := limits{n: len(rules), block: block, gap: gap}
+	for i, r := range rules {
+		r.burst = r.max
+		if alg == TokenBucket {
+			r.burst = r.max + int64(i) + 1
+		}
+		ls.r[i] = r
+	}
+	return ls
 }

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"strings"
 	"time"
@@ -139,73 +140,78 @@ func (l *Limiter) status(v Result, held int64) Status {
 	return Status{Result: v, Held: millis(held)}
 }
 
+// opened is a key an operator's call holds in the manager: its shard,
+// locked, and its states at now (none without a live entry).
+type opened struct {
+	buf [sha256.Size]byte // k's bytes when the key is kept as a digest
+	s   *shard
+	k   string
+	i   int // its entry, or -1
+	now int64
+	sts [maxStates]state
+	lg  *logs
+}
+
+// open locks key's shard into o and reads the key's states under ls (nil:
+// none read); the caller unlocks o.s.
+func (m *manager) open(ctx context.Context, key string, ls *limits, o *opened) {
+	var klen uint32
+	o.k, klen = entryKey(key, &o.buf)
+	var h uint64
+	o.s, h = m.shardFor(o.k)
+	o.now = m.now(ctx)
+	o.s.mu.Lock()
+	o.i = o.s.find(o.k, klen, uint32(h))
+	if ls != nil && o.i >= 0 && o.s.entries[o.i].exp > o.now {
+		o.s.load(o.i, &o.sts)
+		if o.s.logStride > 0 {
+			o.lg = o.s.rings(o.i, ls, new(logs))
+		}
+	}
+}
+
 // peek reads key as a take of 1 would find it, counting nothing (see
 // Limiter.Peek).
 func (m *manager) peek(ctx context.Context, key string, ls *limits) (Result, int64) {
-	var buf [32]byte
-	k, klen := entryKey(key, &buf)
-	s, h := m.shardFor(k)
-	now := m.now(ctx)
-	var sts [maxStates]state
+	var o opened
+	m.open(ctx, key, ls, &o)
+	defer o.s.mu.Unlock()
 	var v Result
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var lg *logs
-	if i := s.find(k, klen, uint32(h)); i >= 0 && s.entries[i].exp > now {
-		s.load(i, &sts)
-		if s.logStride > 0 {
-			lg = s.rings(i, ls, new(logs))
-		}
-	}
-	held := m.alg.peekInto(&v, &sts, lg, now, ls, s.holds.end(k, now))
+	held := m.alg.peekInto(&v, &o.sts, o.lg, o.now, ls, o.s.holds.end(o.k, o.now))
 	return v, held
 }
 
 // reset forgets key (see Limiter.Reset): its entry ends now, and its hold.
 func (m *manager) reset(ctx context.Context, key string) {
-	var buf [32]byte
-	k, klen := entryKey(key, &buf)
-	s, h := m.shardFor(k)
-	now := m.now(ctx)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i := s.find(k, klen, uint32(h)); i >= 0 {
+	var o opened
+	m.open(ctx, key, nil, &o)
+	defer o.s.mu.Unlock()
+	if o.i >= 0 {
 		var none [maxStates]state
-		s.store(i, &none, min(now, s.entries[i].exp))
+		o.s.store(o.i, &none, min(o.now, o.s.entries[o.i].exp))
 	}
-	s.holds.drop(k)
+	o.s.holds.drop(o.k)
 }
 
 // block holds key off for d ms (see Limiter.Block) and reads it as peek
 // does; an error when MaxKeys holds are kept already.
 func (m *manager) block(ctx context.Context, key string, ls *limits, d int64) (Result, int64, error) {
-	var buf [32]byte
-	k, klen := entryKey(key, &buf)
-	s, h := m.shardFor(k)
-	now := m.now(ctx)
-	var sts [maxStates]state
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var lg *logs
-	i := s.find(k, klen, uint32(h))
-	if i >= 0 && s.entries[i].exp > now {
-		s.load(i, &sts)
-		if s.logStride > 0 {
-			lg = s.rings(i, ls, new(logs))
-		}
-	}
-	end := ls.holdUntil(sts[ls.n], now, d)
-	if !s.holds.set(strings.Clone(k), end, now, s.limit) {
+	var o opened
+	m.open(ctx, key, ls, &o)
+	defer o.s.mu.Unlock()
+	s := o.s
+	end := ls.holdUntil(o.sts[ls.n], o.now, d)
+	if !s.holds.set(strings.Clone(o.k), end, o.now, s.limit) {
 		return Result{}, 0, fmt.Errorf("limiter: Block: as many keys are blocked already as MaxKeys allows (%d in this key's shard of %d)", s.limit, shardCount)
 	}
-	if ls.keyRules() && i >= 0 && sts[ls.n] != (state{}) {
+	if ls.keyRules() && o.i >= 0 && o.sts[ls.n] != (state{}) {
 		// The hold takes the place of the block (which it outlasts) and of
 		// the gap, as in the stores, where it is both ends.
-		sts[ls.n] = state{}
-		s.store(i, &sts, s.entries[i].exp)
+		o.sts[ls.n] = state{}
+		s.store(o.i, &o.sts, s.entries[o.i].exp)
 	}
 	var v Result
-	held := m.alg.peekInto(&v, &sts, lg, now, ls, end)
+	held := m.alg.peekInto(&v, &o.sts, o.lg, o.now, ls, end)
 	return v, held, nil
 }
 

@@ -62,14 +62,7 @@ func TestOperatorsMatchAcrossBackends(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		for _, c := range cases {
 			t.Run(alg.name()+"/"+c.name, func(t *testing.T) {
-				ls := limits{n: len(c.rules), block: c.block, gap: c.gap}
-				for i, r := range c.rules {
-					r.burst = r.max
-					if alg == TokenBucket {
-						r.burst = r.max + int64(i) + 1
-					}
-					ls.r[i] = r
-				}
+				ls := traceLimits(alg, c.rules, c.block, c.gap)
 				clock := newTraceClock(1_700_000_000_000)
 				prefix := "ops:" + alg.name() + ":" + c.name + ":"
 				backends := []operated{
