@@ -23,7 +23,7 @@ var rpsRE = regexp.MustCompile(`([0-9.]+) requests per second`)
 
 // ceilingVariants are the Redis variants set against the ceiling.
 var ceilingVariants = []string{
-	rOursFixed, rOursFixedUnbatch, rOursFixedUnpiped, rRedisRate, rRedisRateAuto,
+	rOursFixed, rOursSliding, rOursToken, rOursLog, rOursFixedUnbatch, rOursFixedUnpiped, rRedisRate, rRedisRateAuto,
 	rEngineFixed, rEngineSliding, rEngineToken, rOursFixedLease, rOursSlidingLease, rOursTokenLease,
 }
 
@@ -53,6 +53,9 @@ type ceilingResult struct {
 	// the µs Redis spent in them.
 	calls, usec       map[string][]float64
 	hotCalls, hotUsec map[string][]float64
+	// This process's CPU (getrusage: the callers, go-redis and the
+	// limiter) per decision, µs, over many keys.
+	clientUsec map[string][]float64
 }
 
 // scriptStats is what INFO commandstats counts of script calls (EVALSHA
@@ -127,6 +130,7 @@ func runCeiling(o options, srv *redisServer) (*ceilingResult, error) {
 		rate: map[string][]float64{}, hot: map[string][]float64{},
 		calls: map[string][]float64{}, usec: map[string][]float64{},
 		hotCalls: map[string][]float64{}, hotUsec: map[string][]float64{},
+		clientUsec: map[string][]float64{},
 	}
 	bin := ""
 	if o.redisBenchmark != "" {
@@ -179,7 +183,8 @@ func runCeiling(o options, srv *redisServer) (*ceilingResult, error) {
 			for _, cell := range []struct {
 				key               func() int
 				rate, calls, usec map[string][]float64
-			}{{many, res.rate, res.calls, res.usec}, {hot, res.hot, res.hotCalls, res.hotUsec}} {
+				client            map[string][]float64
+			}{{many, res.rate, res.calls, res.usec, res.clientUsec}, {hot, res.hot, res.hotCalls, res.hotUsec, nil}} {
 				// Each cell on an empty Redis: the keys of the cells before
 				// it (100k a many-key cell, living a minute) would make a
 				// larger keyspace for the variants measured later in a round.
@@ -190,12 +195,25 @@ func runCeiling(o options, srv *redisServer) (*ceilingResult, error) {
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", v.name, err)
 				}
+				if cell.client != nil {
+					// Every key once first, as redis-benchmark's keys are
+					// there when its -P 16 run starts: the cell then
+					// measures keys that come back, as a client's do.
+					if failed := touchEvery(s, res.callers, o.redisKeys); failed > 0 {
+						progressf(o, "6. %s: %d of %d keys' first takes failed; they stay new", v.name, failed, o.redisKeys)
+					}
+				}
 				st0, err0 := readScriptStats(admin)
+				cpu0 := processCPU()
 				m, err := measure(s, res.callers, o.redisTime, o.redisKeys, cell.key)
+				cpu := processCPU() - cpu0
 				st1, err1 := readScriptStats(admin)
 				s.close()
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", v.name, err)
+				}
+				if cell.client != nil && m.decisions > 0 {
+					cell.client[v.name] = append(cell.client[v.name], cpu.Seconds()*1e6/float64(m.decisions))
 				}
 				cell.rate[v.name] = append(cell.rate[v.name], m.rate)
 				if err0 == nil && err1 == nil && m.decisions > 0 {
@@ -214,8 +232,9 @@ func runCeiling(o options, srv *redisServer) (*ceilingResult, error) {
 // without (6c).
 func (r *ceilingResult) tables() []*table {
 	t := &table{
-		title:  "6. Ceiling: redis-benchmark running a bare INCR+PEXPIRE script (EVALSHA) on the same Redis",
-		header: []string{"what", "per second", "of -P 16", "of no -P", "hot key, per second", "hot, of -P 16"},
+		title: "6. Ceiling: redis-benchmark running a bare INCR+PEXPIRE script (EVALSHA) on the same Redis",
+		header: []string{"what", "per second", "of -P 16", "of no -P", "Redis CPU µs / decision", "CPU of -P 16's",
+			"client CPU µs / decision", "hot key, per second", "hot, of -P 16"},
 	}
 	if r.skipped != "" {
 		t.notes = []string{"skipped: " + r.skipped}
@@ -223,14 +242,18 @@ func (r *ceilingResult) tables() []*table {
 	}
 	t.notes = []string{
 		fmt.Sprintf("redis-benchmark -c 50 -n %d -r 100000 -q EVALSHA <sha> 1 k:__rand_int__ 60000, with and without -P 16; it shares the cores with Redis, as our callers do.", r.requests),
-		fmt.Sprintf("Variants: %d callers over %s keys, and on one hot key, in the same rounds, each cell on a Redis emptied by FLUSHALL; fractions are medians of per-round ratios.", r.callers, count(r.keys)),
-		fmt.Sprintf("-lease: quota.Limiter.Take with Config.Lease %v; [engine]: the same call without Lease. Limit 10^9 per minute: it never binds, and never caps a share (at most half the room left), so the hot-key cells measure decision speed. A fresh Limiter per cell: over %s keys each key is seen once (cold, decided in Redis), and the hot key's shares grow from nothing within the cell.", benchLease, count(r.keys)),
+		fmt.Sprintf("Variants: %d callers over %s keys, and on one hot key, in the same rounds, each cell on a Redis emptied by FLUSHALL; fractions are medians of per-round ratios. Before a many-key cell every key is taken from once, unmeasured, as redis-benchmark's keys are there from its run without -P when its -P 16 run starts (a token bucket under a limit it never reaches needs its key for 1 ms, so its keys are new again).", r.callers, count(r.keys)),
+		"Redis CPU: the µs Redis spent in script calls (INFO commandstats, EVALSHA + EVAL) per decision, over many keys; \"CPU of -P 16's\" divides it by the bare script's µs per call in the same round's -P 16 run (6b has the hot key's). Client CPU: this process's CPU time (getrusage, user + system: the callers, go-redis, the limiter, and the benchmark's own timing of each decision) per decision over many keys.",
+		"ours-fixed, ours-sliding, ours-token: a storage/redis Store's engine, Take of 1 under 10^9 a minute; ours-log: SlidingLog under its largest limit, 10,000 a minute, which over many keys admits every take and on the hot key rejects most (rejections are decisions).",
+		fmt.Sprintf("-lease: quota.Limiter.Take with Config.Lease %v; [engine]: the same call without Lease. Limit 10^9 per minute: it never binds, and never caps a share (at most half the room left), so the hot-key cells measure decision speed. A fresh Limiter per cell: over %s keys each key is taken from once before the cell and about once in it (decided in Redis), and the hot key's shares grow from nothing within the cell.", benchLease, count(r.keys)),
 	}
-	t.add("redis-benchmark, no pipelining", fmtRate(median(r.plain)), fmtRatio(pairedRatio(r.plain, r.pipelined)), "1.00x", "", "")
-	t.add("redis-benchmark -P 16", fmtRate(median(r.pipelined)), "1.00x", fmtRatio(pairedRatio(r.pipelined, r.plain)), "", "")
+	t.add("redis-benchmark, no pipelining", fmtRate(median(r.plain)), fmtRatio(pairedRatio(r.plain, r.pipelined)), "1.00x", "", "", "", "", "")
+	t.add("redis-benchmark -P 16", fmtRate(median(r.pipelined)), "1.00x", fmtRatio(pairedRatio(r.pipelined, r.plain)),
+		fmtFloat(median(r.scriptUsec)), "1.00x", "", "", "")
 	for _, v := range ceilingVariants {
 		t.add(fmt.Sprintf("%s ×%d", v, r.callers), fmtRate(median(r.rate[v])),
 			fmtRatio(pairedRatio(r.rate[v], r.pipelined)), fmtRatio(pairedRatio(r.rate[v], r.plain)),
+			fmtFloat(median(r.usec[v])), fmtRatio(pairedRatio(r.usec[v], r.scriptUsec)), fmtFloat(median(r.clientUsec[v])),
 			fmtRate(median(r.hot[v])), fmtRatio(pairedRatio(r.hot[v], r.pipelined)))
 	}
 

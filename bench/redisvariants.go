@@ -33,6 +33,7 @@ const (
 	rOursToken        = "ours-token"
 	rOursFixed100     = "ours-fixed, Max 100"
 	rOursLog100       = "ours-log, Max 100"
+	rOursLog          = "ours-log"
 	rEngineFixed      = "ours-fixed [engine]"
 	rEngineSliding    = "ours-sliding [engine]"
 	rEngineToken      = "ours-token [engine]"
@@ -95,6 +96,24 @@ func strictVariant(name string, alg redisengine.Algorithm, keys []string) *redis
 		store := redis.New(srv.client(pool))
 		engine := redisengine.OfStore(store)
 		rule := redisengine.Rule{Algorithm: alg, Max: 100, Expiration: 10 * time.Millisecond}
+		ctx := context.Background()
+		decide := func(i int) error {
+			_, err := engine.Take(ctx, keys[i], rule, 1)
+			return err
+		}
+		return &redisSession{func() func(int) error { return decide }, func() { _ = store.Close() }}, nil
+	}}
+}
+
+// logVariant is the Store's engine called directly with SlidingLog under
+// its largest limit (redisengine.MaxLogLimit a minute): over many keys it
+// admits every take, as the other algorithms' rows do; on one hot key it
+// rejects most, and rejections are decisions too.
+func logVariant(name string, keys []string) *redisVariant {
+	return &redisVariant{name, "engine Take", func(srv *redisServer, pool int) (*redisSession, error) {
+		store := redis.New(srv.client(pool))
+		engine := redisengine.OfStore(store)
+		rule := redisengine.Rule{Algorithm: redisengine.SlidingLog, Max: redisengine.MaxLogLimit, Expiration: time.Minute}
 		ctx := context.Background()
 		decide := func(i int) error {
 			_, err := engine.Take(ctx, keys[i], rule, 1)
@@ -214,6 +233,7 @@ func redisVariants(n int, o options) []*redisVariant {
 		oursStoreVariant(rOursToken, redisengine.TokenBucket, sk("s:tb:")),
 		strictVariant(rOursFixed100, redisengine.FixedWindow, sk("s:fw100:")),
 		strictVariant(rOursLog100, redisengine.SlidingLog, sk("s:sl100:")),
+		logVariant(rOursLog, sk("s:sl:")),
 		engineVariant(rEngineFixed, quota.FixedWindow, 0, sk("e:fw:"), o),
 		engineVariant(rEngineSliding, quota.SlidingWindow, 0, sk("e:sw:"), o),
 		engineVariant(rEngineToken, quota.TokenBucket, 0, sk("e:tb:"), o),

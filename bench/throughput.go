@@ -291,3 +291,26 @@ func redisCPU(admin *goredis.Client) (float64, error) {
 	}
 	return fields["used_cpu_user"] + fields["used_cpu_sys"], nil
 }
+
+// touchEvery makes one decision for each of the n keys, from callers
+// goroutines, before a many-key cell is measured, and returns how many
+// failed (a storage timeout on a loaded machine, a breaker open): those
+// keys stay new.
+func touchEvery(s *redisSession, callers, n int) int64 {
+	var next, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		decide := s.caller()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				if decide(i) != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return failed.Load()
+}

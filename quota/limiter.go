@@ -417,6 +417,10 @@ var errRefundLost = errors.New("limiter: refund: storage failed; the credit is l
 // finish fills in what every Result carries besides the decision: each
 // limit's Window.
 func (l *Limiter) finish(res *Result, ls *limits) {
+	if ls == &l.base && ls.n == 1 { // the common case, without the loop
+		res.n, res.each[0].Window = 1, l.windows[0]
+		return
+	}
 	res.n = ls.n
 	for i := range ls.n {
 		res.each[i].Window = l.windows[i]

@@ -175,6 +175,25 @@ func (a Algorithm) decideInto(v *Result, sts *[maxStates]state, lg *logs, now in
 	a.decideRead(v, sts, lg, now, ls, cost)
 }
 
+// decideOne is decideInto for one limit under an algorithm other than
+// SlidingLog, the path of most takes: the same plausibility and step on
+// s, without the loops over limits and the switches each makes.
+func (a Algorithm) decideOne(v *Result, s *state, now int64, r *rule, cost int64) {
+	v.n = 1
+	at := r.at(now)
+	switch a {
+	case FixedWindow:
+		fixedWindow{}.plausible(s, at, *r, true)
+		v.each[0] = fixedWindow{}.take(s, at, *r, cost)
+	case SlidingWindow:
+		slidingWindow{}.plausible(s, at, *r, true)
+		v.each[0] = slidingWindow{}.take(s, at, *r, cost)
+	default:
+		tokenBucket{}.plausible(s, at, *r, true)
+		v.each[0] = tokenBucket{}.take(s, at, *r, cost)
+	}
+}
+
 // decideRead is decideInto on states already read as plausible: a take's,
 // or an adjustment's, whose counts may lie above the limit, where a take
 // of cost 0 still fits.
@@ -318,6 +337,9 @@ func (a Algorithm) keep(sts *[maxStates]state, ls *limits, exp, kept int64) int6
 // expiryAll is the time (ms) from which the states of every limit hold
 // nothing: the latest of their expiries.
 func (a Algorithm) expiryAll(sts *[maxStates]state, ls *limits) int64 {
+	if ls.n == 1 { // the common case, without the loop
+		return max(0, a.expiry(sts[0], ls.r[0])*ls.r[0].stepMillis(), sts[1].a, sts[1].b)
+	}
 	exp := int64(0)
 	for i := range ls.n {
 		exp = max(exp, a.expiry(sts[i], ls.r[i])*ls.r[i].stepMillis())

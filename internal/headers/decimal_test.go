@@ -29,7 +29,23 @@ func TestDecimalOutsideTheTable(t *testing.T) {
 	for _, n := range []int64{-1, -10_000, decimalsBelow, 1 << 40} {
 		_, ok := Decimal(n)
 		assert.False(t, ok, "n=%d", n)
-		assert.Equal(t, strconv.FormatInt(n, 10), string(appendDecimal(nil, n)), "n=%d", n)
+		assert.Equal(t, strconv.FormatInt(n, 10), string(AppendDecimal(nil, n)), "n=%d", n)
+	}
+}
+
+// Numbers from the table's end to 10^8, copied from it in two parts,
+// read as strconv formats them: every zero padding of the low part, the
+// edges, and a sweep between; and so do the numbers past them.
+func TestAppendDecimalInTwoParts(t *testing.T) {
+	ns := []int64{decimalsBelow, decimalsBelow + 1, 10_009, 10_099, 10_999, 99_999_999, 100_000_000, 100_000_001, 1<<26 - 1, 1<<31 - 1, 1<<32 - 1}
+	for n := int64(decimalsBelow); n < 100_000_000; n += 9_973 {
+		ns = append(ns, n)
+	}
+	for low := int64(0); low < decimalsBelow; low++ {
+		ns = append(ns, 4_321*decimalsBelow+low)
+	}
+	for _, n := range ns {
+		require.Equal(t, "x"+strconv.FormatInt(n, 10), string(AppendDecimal([]byte("x"), n)), "n=%d", n)
 	}
 }
 

@@ -86,7 +86,7 @@ func (o *Out) setInt(name []byte, n int64) {
 		return
 	}
 	start := o.used
-	o.used = len(appendDecimal(o.buf[start:start], n)) + start
+	o.used = len(AppendDecimal(o.buf[start:start], n)) + start
 	o.add(name, outValue{off: start, n: o.used - start})
 }
 

@@ -58,7 +58,7 @@ var (
 // decided (or before a PTTL of the key, on the rare paths that ask it).
 func batchOf(single string) string {
 	var pairs []string
-	for _, r := range batchReplaced {
+	for _, r := range append(plainReplaced, batchReplaced...) {
 		pairs = append(pairs, r[0], r[1])
 	}
 	at := strings.Index(single, batchPerCall)
@@ -168,6 +168,13 @@ var batchReplaced = [][2]string{
 	{"redis.pcall('GET', KEYS[2])", "error('limiter: an idempotent take is never batched')"},
 	{"redis.call('SET', KEYS[2], once_tag .. first_answer .. pack('<I5B', first_cost, repeats + 1), 'KEEPTTL')", "error('limiter: an idempotent take is never batched')"},
 	{"redis.call('SET', KEYS[2], once_tag .. reply .. pack('<I5B', request_cost, 0), 'PX', once_ms)", "error('limiter: an idempotent take is never batched')"},
+}
+
+// plainReplaced are the pieces of the plain take (plain_head.lua and
+// plain_tail.lua; every algorithm's but the log's) that batchOf replaces.
+var plainReplaced = [][2]string{
+	{"#ARGV == 1", "true"}, // a call in a batch has one argument
+	{"redis.call('SET', key, value, 'PX', px)", "batch_write(key, value, px)"},
 }
 
 // batchGroup is the calls of one algorithm and slot in a pipeline, and

@@ -231,6 +231,13 @@ func TestBatchScriptsReplaceEveryCall(t *testing.T) {
 		for _, piece := range batchReplaced {
 			assert.Contains(t, src, piece[0], "algorithm %d", alg+1)
 		}
+		for _, piece := range plainReplaced {
+			if alg+1 == int(SlidingLog) {
+				assert.NotContains(t, src, piece[0], "the log has no plain take")
+			} else {
+				assert.Contains(t, src, piece[0], "algorithm %d", alg+1)
+			}
+		}
 		body := batchSources[alg+1][strings.Index(batchSources[alg+1], "local function batch_one"):]
 		body = body[:strings.Index(body, "\nend\nlocal answers")]
 		for _, call := range regexp.MustCompile(`redis\.p?call\('(\w+)'`).FindAllStringSubmatch(body, -1) {

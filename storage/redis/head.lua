@@ -93,6 +93,10 @@ local key = KEYS[1]
 -- costs more than the arithmetic of a decision).
 local flags, request_cost, request_now, limit1, burst1, window1, step1, counted_in1 =
   unpack('<BI5I6I4I4I7I4I7', ARGV[1])
+-- The plain take, most calls, when the algorithm has one (plain_head.lua);
+-- read is what it read of the key when it leaves the call to what follows.
+local read = nil
+-- [plain take]
 -- The rules of the key beside its limits' counts (the twin of
 -- decideKeyInto): blocking (flag 32), a BlockFor of block_ms, and spacing
 -- (flag 64), a MinInterval of gap_ms, each in 6 bytes after the rules, in
@@ -199,7 +203,10 @@ end
 -- packed with the struct library (little-endian, a millisecond timestamp in
 -- 6 bytes) in its algorithm's layout, so that packing and unpacking are one
 -- C call each. A value of an unexpected length reads as no state.
-local stored = redis.pcall('GET', key)
+local stored = read
+if stored == nil then
+  stored = redis.pcall('GET', key)
+end
 if type(stored) == 'table' then
   if sub(stored.err or '', 1, 9) ~= 'WRONGTYPE' then
     return stored -- the server's error, as it is

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strings"
 
 	"github.com/fiberlimit/limiter/internal/redisengine"
 	"github.com/redis/go-redis/v9"
@@ -31,6 +32,16 @@ var (
 	slidingLogLua string
 	//go:embed forget_record.lua
 	forgetRecordLua string
+	//go:embed plain_head.lua
+	plainHeadLua string
+	//go:embed plain_tail.lua
+	plainTailLua string
+	//go:embed fixed_window_plain.lua
+	fixedWindowPlainLua string
+	//go:embed sliding_window_plain.lua
+	slidingWindowPlainLua string
+	//go:embed token_bucket_plain.lua
+	tokenBucketPlainLua string
 )
 
 // forgetRecordScript is the script of ForgetRecord.
@@ -40,10 +51,10 @@ var forgetRecordScript = redis.NewScript(forgetRecordLua)
 // SHA-1 digests for EVALSHA.
 var (
 	scriptSources = [...]string{
-		redisengine.FixedWindow:   stateSizes(10, 10) + headLua + fixedWindowLua + tailLua,
-		redisengine.SlidingWindow: stateSizes(14, 12) + headLua + slidingWindowLua + tailLua,
-		redisengine.TokenBucket:   stateSizes(13, 11) + headLua + tokenBucketLua + tailLua,
-		redisengine.SlidingLog:    stateSizes(-1, -1) + slidingLogPreludeLua + headLua + slidingLogLua + tailLua,
+		redisengine.FixedWindow:   stateSizes(10, 10) + withPlain(headLua, fixedWindowPlainLua) + fixedWindowLua + tailLua,
+		redisengine.SlidingWindow: stateSizes(14, 12) + withPlain(headLua, slidingWindowPlainLua) + slidingWindowLua + tailLua,
+		redisengine.TokenBucket:   stateSizes(13, 11) + withPlain(headLua, tokenBucketPlainLua) + tokenBucketLua + tailLua,
+		redisengine.SlidingLog:    stateSizes(-1, -1) + slidingLogPreludeLua + withPlain(headLua, "") + slidingLogLua + tailLua,
 	}
 	scripts = [...]*redis.Script{
 		redisengine.FixedWindow:   redis.NewScript(scriptSources[redisengine.FixedWindow]),
@@ -58,6 +69,22 @@ var (
 // (one), which head.lua reads a value's layout by.
 func stateSizes(per, one int) string {
 	return fmt.Sprintf("local state_size, state_size1 = %d, %d\n", per, one)
+}
+
+// plainMark is the line of head.lua where an algorithm's plain take goes.
+const plainMark = "-- [plain take]\n"
+
+// withPlain is head with the plain take of an algorithm whose plain
+// fragment is fragment, between plain_head.lua and plain_tail.lua; with
+// none ("", the log's), head alone.
+func withPlain(head, fragment string) string {
+	if !strings.Contains(head, plainMark) {
+		panic("limiter: redis: head.lua has no " + plainMark)
+	}
+	if fragment == "" {
+		return strings.Replace(head, plainMark, "", 1)
+	}
+	return strings.Replace(head, plainMark, plainHeadLua+fragment+plainTailLua, 1)
 }
 
 // runScript calls alg's script for key with arg in one round trip: EVALSHA,
