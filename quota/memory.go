@@ -200,7 +200,7 @@ func (m *manager) takeInto(ctx context.Context, key string, ls *limits, cost int
 		cost = v.granted
 	case ls.turn:
 		m.alg.decideTurnInto(v, &sts, lg, now, ls, cost)
-	case ls.n == 1 && s.logStride == 0:
+	case ls.n == 1 && m.alg != SlidingLog:
 		m.alg.decideOne(v, &sts[0], now, &ls.r[0], cost)
 	default:
 		m.alg.decideInto(v, &sts, lg, now, ls, cost)
