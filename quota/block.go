@@ -76,6 +76,17 @@ func (a Algorithm) decideKeyInto(v *Result, sts *[maxStates]state, lg *logs, now
 	if block == blockEnd && gap == gapEnd {
 		return false
 	}
+	if ls.keyRules() {
+		// Only the ends of its own rules, as the Lua twins write them (and
+		// limits.stored keeps them): another version's end left beside
+		// this one's could fall on its ms, and two equal ends read as a hold.
+		if ls.block == 0 {
+			block = 0
+		}
+		if ls.gap == 0 {
+			gap = 0
+		}
+	}
 	sts[ls.n] = keyEnds{}.state(block, gap, holdEnd, now)
 	return true
 }
