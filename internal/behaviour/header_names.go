@@ -41,6 +41,13 @@ var HeaderNameCases = []HeaderNameCase{
 		Want:   map[string][]string{"Ratelimit": {`"default";r=4;t=60, "a";r=1;t=1`, `"b";r=1;t=1`}},
 	},
 	{
+		Name: "admitted, IETF, spellings of a list and of a single field", Max: 5, Mode: rlheaders.IETF, Status: http.StatusOK,
+		Theirs: [][2]string{{"Retry-After", "4"}, {"RateLimit", `"a";r=1;t=1`}, {"retry-after", "5"}, {"RATELIMIT", `"b";r=1;t=1`}, {"x-request-id", "abc"}},
+		// The values of a list keep their order, the limiter's member
+		// first, whatever fields the folding of other spellings moves.
+		Want: map[string][]string{"Ratelimit": {`"default";r=4;t=60, "a";r=1;t=1`, `"b";r=1;t=1`}, "X-Request-Id": {"abc"}},
+	},
+	{
 		Name: "no headers of its own: theirs kept", Max: 5, Mode: rlheaders.None, Status: http.StatusOK,
 		Theirs: [][2]string{{"X-RateLimit-Limit", "A"}, {"x-ratelimit-limit", "B"}},
 		Want:   map[string][]string{"X-Ratelimit-Limit": {"A", "B"}},

@@ -46,28 +46,48 @@ func Fold(h *fasthttp.ResponseHeader, w *headers.Writer) {
 		return
 	}
 	// The last value of each single field, under any spelling, its own
-	// included: looked up before any is dropped.
+	// included, and the values of each list under the limiter's name, in
+	// order: looked up before any is dropped.
 	var last [len(folded)][]byte
+	var own [len(folded)][][]byte
 	h.VisitAll(func(key, value []byte) {
 		for i, f := range folded {
-			if f.on && !f.list && bytes.EqualFold(key, f.name) {
+			switch {
+			case !f.on:
+			case f.list && bytes.Equal(key, f.name):
+				own[i] = append(own[i], bytes.Clone(value))
+			case !f.list && bytes.EqualFold(key, f.name):
 				last[i] = bytes.Clone(value)
 			}
 		}
 	})
-	var single [len(folded)]bool // a single field with another spelling there
+	// Every field with another spelling there goes, under each spelling,
+	// before any value is set again: a deletion may move the header's last
+	// field into the place of the one it deletes (fasthttp 1.69 does), so
+	// values set in between could end up in any order.
+	var touched [len(folded)]bool
 	for _, m := range moved {
 		h.DelBytes(m.key) // every value under that spelling; each is in moved
-		single[m.field] = !folded[m.field].list
+		touched[m.field] = true
 	}
-	for _, m := range moved {
-		if f := folded[m.field]; f.list {
-			h.AddBytesKV(f.name, m.value)
+	for i, f := range folded {
+		if touched[i] {
+			h.DelBytes(f.name)
 		}
 	}
 	for i, f := range folded {
-		if single[i] {
-			h.DelBytes(f.name)
+		switch {
+		case !touched[i]:
+		case f.list:
+			for _, v := range own[i] {
+				h.AddBytesKV(f.name, v)
+			}
+			for _, m := range moved {
+				if m.field == i {
+					h.AddBytesKV(f.name, m.value)
+				}
+			}
+		default:
 			h.SetCanonical(f.name, last[i])
 		}
 	}
