@@ -38,6 +38,11 @@ func (keyEnds) state(blockEnd, gapEnd, holdEnd, now int64) state {
 	if holdEnd > now {
 		return state{a: holdEnd, b: holdEnd}
 	}
+	if blockEnd == gapEnd && blockEnd > 0 {
+		// A block and a gap that end on one ms would read as a hold: the
+		// gap ends a ms sooner, which the block covers.
+		gapEnd--
+	}
 	return state{a: blockEnd, b: gapEnd}
 }
 
@@ -70,7 +75,7 @@ func (a Algorithm) decideKeyInto(v *Result, sts *[maxStates]state, lg *logs, now
 	read := *sts
 	blockEnd, gapEnd, holdEnd := keyEnds{}.read(sts[ls.n], now)
 	block, gap := a.decideEnds(v, sts, lg, now, ls, cost, blockEnd, gapEnd, max(holdEnd, hold))
-	if !v.Allowed() {
+	if !v.Allowed() || cost == 0 {
 		copy(sts[:ls.n], read[:ls.n])
 	}
 	if block == blockEnd && gap == gapEnd {
@@ -218,6 +223,23 @@ func (a Algorithm) peekInto(v *Result, sts *[maxStates]state, lg *logs, now int6
 		v.each[i].Allowed = allowed
 	}
 	return rest
+}
+
+// clampEnds cuts the ends of ls's rules that lie further ahead than its
+// block or gap lasts, as head.lua does for every call (an adjustment's
+// too); a hold is left as it is.
+func (ls *limits) clampEnds(sts *[maxStates]state, now int64) {
+	blockEnd, gapEnd, holdEnd := keyEnds{}.read(sts[ls.n], now)
+	if holdEnd > 0 {
+		return
+	}
+	if ls.block > 0 {
+		blockEnd = min(blockEnd, now+ls.block)
+	}
+	if ls.gap > 0 {
+		gapEnd = min(gapEnd, now+ls.gap)
+	}
+	sts[ls.n] = keyEnds{}.state(blockEnd, gapEnd, 0, now)
 }
 
 // holdUntil is when a hold that an operator sets at now for d ms ends: a

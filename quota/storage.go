@@ -97,6 +97,7 @@ func (b *storageBackend) adjust(ctx context.Context, key string, ls *limits, cos
 	var after Result
 	err := b.modify(ctx, key, ls, true, func(sts *[maxStates]state, lg *logs, now int64) bool {
 		after = b.alg.adjustAll(sts, lg, now, ls, cost, v)
+		ls.clampEnds(sts, now)
 		return true
 	})
 	return after, err

@@ -240,8 +240,9 @@ local block_end, gap_end, key_changed, reject_rest, held_cost = 0, 0, false, nil
 -- gap's each hold_end: a version that knows no holds and has neither rule
 -- keeps such ends as they are while they last, for the versions that
 -- enforce them (a version with BlockFor reads them as a block, which it
--- shortens to its own; one with MinInterval alone, as a gap). No two ends
--- of rules are alike but by chance, and then both hold the key as long. A
+-- shortens to its own; one with MinInterval alone, as a gap). A block and
+-- a gap that would end on one ms are written a ms apart (tail.lua; the
+-- block covers the gap's last ms), so equal ends are a hold's alone. A
 -- hold further ahead than the longest block (max_end_ms) was not set near
 -- now: it holds nothing.
 local hold_end = 0

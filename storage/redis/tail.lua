@@ -223,7 +223,11 @@ end
 if key_changed and not write and (hold_ms or not peek) then
   -- A block writes the states as they were read, or as a take of 0 reads
   -- them where they were none, or not states of these rules.
-  if hold_ms == nil or stored ~= '' and not repair then
+  -- States of this layout that the fragment repaired (a count of a
+  -- larger MaxFunc above this limit, a time ahead) are kept as read, as
+  -- the Storage and memory keep them.
+  if hold_ms == nil or stored ~= '' and (not repair or #stored == state_size * n or
+      n == 1 and #stored == state_size1) then
     value = stored
   end
   write = true
@@ -239,6 +243,9 @@ if write then
   if hold_end > request_now then
     value, exp_all = value .. pack('<I6I6', hold_end, hold_end), max(exp_all, hold_end)
   elseif blocking and spacing then
+    if block_end == gap_end and block_end > 0 then
+      gap_end = gap_end - 1 -- equal ends read as a hold; the block covers the gap's last ms
+    end
     value, exp_all = value .. pack('<I6I6', block_end, gap_end), max(exp_all, block_end, gap_end)
   elseif blocking then
     value, exp_all = value .. pack('<I6', block_end), max(exp_all, block_end)
