@@ -82,15 +82,9 @@ func (a Algorithm) decideKeyInto(v *Result, sts *[maxStates]state, lg *logs, now
 		return false
 	}
 	if ls.keyRules() {
-		// Only the ends of its own rules, as the Lua twins write them (and
-		// limits.stored keeps them): another version's end left beside
-		// this one's could fall on its ms, and two equal ends read as a hold.
-		if ls.block == 0 {
-			block = 0
-		}
-		if ls.gap == 0 {
-			gap = 0
-		}
+		// Another version's end left beside this one's could fall on its
+		// ms, and two equal ends read as a hold.
+		block, gap = ls.ownEnds(block, gap)
 	}
 	sts[ls.n] = keyEnds{}.state(block, gap, holdEnd, now)
 	return true

@@ -35,12 +35,6 @@ func TestKeyRulesTracesMatchAcrossStores(t *testing.T) {
 		"MinInterval": {{0, 300, 5}, {0, 20, 10}, {0, 0, 5}},
 		"neither":     {{0, 0, 5}, {0, 0, 10}},
 	}
-	type operated interface {
-		backend
-		peek(ctx context.Context, key string, ls *limits) (Result, int64, error)
-		block(ctx context.Context, key string, ls *limits, d int64) (Result, int64, error)
-		reset(ctx context.Context, key string) error
-	}
 	for _, alg := range allAlgorithms {
 		for name, set := range sets {
 			for _, n := range []int{1, 2} {
@@ -51,7 +45,7 @@ func TestKeyRulesTracesMatchAcrossStores(t *testing.T) {
 							clock := &testClock{}
 							clock.now.Store(base)
 							prefix := "traces:" + t.Name() + ":"
-							stores := []operated{
+							stores := []remoteBackend{
 								newStorageBackend(&mapStorage{m: map[string][]byte{}}, alg, prefix, clock.millis),
 								newRedisBackend(server.Client(t), nil, alg, prefix, &Config{clock: clock.millis}),
 							}

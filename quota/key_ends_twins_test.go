@@ -20,6 +20,13 @@ type endsStep struct {
 	refundOf int
 }
 
+// blockingStore is what the tests here call on every store, the in-memory
+// manager's included: takes and an operator's Block.
+type blockingStore interface {
+	take(ctx context.Context, key string, ls *limits, cost int64) (Result, error)
+	block(ctx context.Context, key string, ls *limits, d int64) (Result, int64, error)
+}
+
 // storesAgree plays steps on a Storage and on Redis, each at the trace's
 // own clock, and requires the same answers step by step.
 func storesAgree(t *testing.T, server *redistest.Server, alg Algorithm, steps []endsStep) {
@@ -105,10 +112,6 @@ func TestCostZeroTakesKeepLargerMaxFuncCounts(t *testing.T) {
 // ends, a take under the larger MaxFunc finds them still spent.
 func TestBlocksKeepLargerMaxFuncCounts(t *testing.T) {
 	server := redistest.Start(t)
-	type operated interface {
-		take(ctx context.Context, key string, ls *limits, cost int64) (Result, error)
-		block(ctx context.Context, key string, ls *limits, d int64) (Result, int64, error)
-	}
 	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} { // no MaxFunc with the log
 		for _, rules := range []struct {
 			name       string
@@ -120,7 +123,7 @@ func TestBlocksKeepLargerMaxFuncCounts(t *testing.T) {
 				big, small := one(rule{max: 10, burst: 10, window: 60_000}), one(rule{max: 5, burst: 5, window: 60_000})
 				big.block, big.gap, small.block, small.gap = rules.block, rules.gap, rules.block, rules.gap
 				ctx := context.Background()
-				for _, b := range []operated{
+				for _, b := range []blockingStore{
 					testManager(alg, small, 100, clock.millis),
 					newStorageBackend(&mapStorage{m: map[string][]byte{}}, alg, "held:", clock.millis),
 					newRedisBackend(server.Client(t), nil, alg, "held:"+t.Name()+":", &Config{clock: clock.millis}),
@@ -150,10 +153,6 @@ func TestBlocksKeepLargerMaxFuncCounts(t *testing.T) {
 // client's take comes a ms sooner.
 func TestBlockAndGapEndingTogetherAreNoHold(t *testing.T) {
 	server := redistest.Start(t)
-	type operated interface {
-		take(ctx context.Context, key string, ls *limits, cost int64) (Result, error)
-		block(ctx context.Context, key string, ls *limits, d int64) (Result, int64, error)
-	}
 	for _, alg := range allAlgorithms {
 		for _, at := range []int64{279, 280} { // the block's end a ms before the gap's, and on it
 			t.Run(alg.name()+"/"+map[int64]string{279: "apart", 280: "together"}[at], func(t *testing.T) {
@@ -162,7 +161,7 @@ func TestBlockAndGapEndingTogetherAreNoHold(t *testing.T) {
 				ls := one(rule{max: 5, burst: 5, window: 60_000})
 				ls.block, ls.gap = 20, 300
 				ctx := context.Background()
-				for _, b := range []operated{
+				for _, b := range []blockingStore{
 					testManager(alg, ls, 100, clock.millis),
 					newStorageBackend(&mapStorage{m: map[string][]byte{}}, alg, "together:", clock.millis),
 					newRedisBackend(server.Client(t), nil, alg, "together:"+t.Name()+":", &Config{clock: clock.millis}),

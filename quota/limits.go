@@ -68,13 +68,7 @@ func (ls *limits) stored(sts *[maxStates]state, now int64) int {
 		return ls.n + 1
 	}
 	if ls.keyRules() {
-		// Only the ends of its own rules, as the Lua twins write them.
-		if ls.block == 0 {
-			blockEnd = 0
-		}
-		if ls.gap == 0 {
-			gapEnd = 0
-		}
+		blockEnd, gapEnd = ls.ownEnds(blockEnd, gapEnd)
 		sts[ls.n] = keyEnds{}.state(blockEnd, gapEnd, 0, now)
 		return ls.n + 1
 	}
@@ -83,6 +77,19 @@ func (ls *limits) stored(sts *[maxStates]state, now int64) int {
 	}
 	sts[ls.n] = state{} // and so not in expiryAll
 	return ls.n
+}
+
+// ownEnds is blockEnd and gapEnd with the end of a rule ls does not have
+// made 0: the ends a limiter with rules of its key's own writes, as the
+// Lua twins write them.
+func (ls *limits) ownEnds(blockEnd, gapEnd int64) (int64, int64) {
+	if ls.block == 0 {
+		blockEnd = 0
+	}
+	if ls.gap == 0 {
+		gapEnd = 0
+	}
+	return blockEnd, gapEnd
 }
 
 // one returns the limits of a single rule.
