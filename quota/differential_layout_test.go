@@ -141,6 +141,7 @@ func TestLayoutsDropOtherEndsOnTheSameMs(t *testing.T) {
 				{10, &both, false, 300 * time.Millisecond},  // in the gap: the block runs to 310
 				{290, &gapOnly, true, 0},                    // its gap ends at 310, with the block
 				{300, &both, false, 300 * time.Millisecond}, // the gap alone: a new block
+				{309, &gapOnly, false, time.Millisecond},    // in its own gap, to 310 on every store
 			}
 			for _, b := range backends {
 				for i, s := range steps {
